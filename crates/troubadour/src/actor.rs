@@ -1,0 +1,129 @@
+//! What users implement: [`Actor`] (state and lifecycle hooks), [`Message`]
+//! (a plain value with a typed reply), and one [`Handler`] or
+//! [`AsyncHandler`] per message type.
+
+use crate::context::Context;
+use crate::exit::ExitReason;
+use crate::supervision::SupervisorStrategy;
+use std::future::Future;
+
+/// A message: any `Send + 'static` value, with the type of its reply.
+///
+/// ```
+/// use troubadour::Message;
+/// struct Add(u64);
+/// impl Message for Add { type Reply = (); }
+/// ```
+pub trait Message: Send + 'static {
+    /// What `ask` returns. `()` for messages that are only told.
+    type Reply: Send + 'static;
+}
+
+/// An actor: state that is touched by one message at a time.
+///
+/// Every hook has a default that does nothing. Hooks run on the actor's own
+/// turn, like handlers. A panic in any hook or handler fails the actor: it
+/// stops taking messages and its supervisor decides (see
+/// [`SupervisorStrategy`]); the panic message becomes
+/// [`ExitReason::Panicked`].
+///
+/// Lifecycle, in order:
+/// 1. [`started`](Actor::started), before the first message;
+/// 2. messages;
+/// 3. on a restart decided by the supervisor:
+///    [`before_restart`](Actor::before_restart) on the failed instance, which
+///    is then dropped (its children are stopped first), a fresh instance is
+///    built by the factory, and [`after_restart`](Actor::after_restart) runs
+///    on it (by default it calls `started`). The mailbox and the
+///    [`ActorRef`](crate::ActorRef) survive a restart; the message being
+///    handled when it failed is dropped (an `ask` for it fails with
+///    [`AskError::NoReply`](crate::AskError::NoReply));
+/// 4. on stop: [`stopping`](Actor::stopping) while children still run, then
+///    children are stopped and awaited, then [`stopped`](Actor::stopped),
+///    then the actor is dropped, queued messages go to dead letters, and
+///    links, monitors and the parent are told the [`ExitReason`].
+pub trait Actor: Sized + Send + 'static {
+    /// Runs once before the first message.
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let _ = ctx;
+    }
+
+    /// The actor is about to stop; its children are still running.
+    fn stopping(&mut self, ctx: &mut Context<Self>) {
+        let _ = ctx;
+    }
+
+    /// The actor has stopped and its children are gone; it is dropped next.
+    fn stopped(&mut self, ctx: &mut Context<Self>) {
+        let _ = ctx;
+    }
+
+    /// Runs on the failed instance before it is replaced. Its state may be
+    /// inconsistent after a panic; release external resources here.
+    fn before_restart(&mut self, reason: &ExitReason, ctx: &mut Context<Self>) {
+        let _ = (reason, ctx);
+    }
+
+    /// Runs on the fresh instance after a restart. Calls `started` unless
+    /// overridden.
+    fn after_restart(&mut self, reason: &ExitReason, ctx: &mut Context<Self>) {
+        let _ = reason;
+        self.started(ctx);
+    }
+
+    /// How this actor supervises the children it spawns. Consulted each
+    /// time a child fails.
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        SupervisorStrategy::default()
+    }
+}
+
+/// Handles one message type synchronously: the reply is the return value.
+/// This is the zero-overhead path: no future, no allocation beyond the
+/// message itself.
+///
+/// ```
+/// use troubadour::prelude::*;
+/// struct Counter { total: u64 }
+/// impl Actor for Counter {}
+/// struct Add(u64);
+/// impl Message for Add { type Reply = (); }
+/// impl Handler<Add> for Counter {
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) { self.total += n; }
+/// }
+/// ```
+pub trait Handler<M: Message>: Actor {
+    /// Handles `msg`; the return value is the reply to an `ask`.
+    fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> M::Reply;
+}
+
+/// Handles one message type with an `async fn`, for handlers that await
+/// tokio I/O, timers or other actors' replies.
+///
+/// While the future is pending the actor takes no other user message (one
+/// message at a time holds across awaits), but its worker thread runs other
+/// actors, and control signals (stop, kill, supervision) still act at once:
+/// stopping drops the pending future.
+///
+/// ```
+/// use troubadour::prelude::*;
+/// use std::time::Duration;
+/// struct Slow;
+/// impl Actor for Slow {}
+/// struct Ping;
+/// impl Message for Ping { type Reply = &'static str; }
+/// impl AsyncHandler<Ping> for Slow {
+///     async fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> &'static str {
+///         tokio::time::sleep(Duration::from_millis(1)).await;
+///         "pong"
+///     }
+/// }
+/// ```
+pub trait AsyncHandler<M: Message>: Actor {
+    /// Handles `msg`; the output is the reply to an `ask`.
+    fn handle(
+        &mut self,
+        msg: M,
+        ctx: &mut Context<Self>,
+    ) -> impl Future<Output = M::Reply> + Send;
+}

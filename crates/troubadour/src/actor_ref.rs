@@ -1,0 +1,373 @@
+//! How others reach an actor: the typed [`ActorRef`], the message-typed
+//! [`Recipient`], and the [`Ask`] future.
+//!
+//! `ActorRef<A>` is one pointer (an `Arc` of the cell). It is the type users
+//! hold everywhere, so it is also where location transparency will live:
+//! a remote reference becomes a second variant behind the same methods
+//! (see ARCHITECTURE.md), without changing what callers write.
+
+use crate::actor::{Actor, Message};
+use crate::blocking::block_on;
+use crate::cell::ActorCell;
+use crate::envelope::{envelope, Handles};
+use crate::error::{AskError, SendError};
+use crate::exit::{ActorId, ExitReason};
+use crate::signal::{Signal, Watcher};
+use std::fmt;
+use std::future::Future;
+use std::hash::{Hash, Hasher};
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// A typed reference to an actor. Cheap to clone, `Send + Sync`.
+pub struct ActorRef<A: Actor> {
+    cell: Arc<ActorCell<A>>,
+}
+
+impl<A: Actor> Clone for ActorRef<A> {
+    fn clone(&self) -> Self {
+        ActorRef {
+            cell: self.cell.clone(),
+        }
+    }
+}
+
+impl<A: Actor> fmt::Debug for ActorRef<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ActorRef<{}>{}", std::any::type_name::<A>(), self.cell.id)
+    }
+}
+
+impl<A: Actor> PartialEq for ActorRef<A> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cell.id == other.cell.id
+    }
+}
+
+impl<A: Actor> Eq for ActorRef<A> {}
+
+impl<A: Actor> Hash for ActorRef<A> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.cell.id.hash(state)
+    }
+}
+
+impl<A: Actor> ActorRef<A> {
+    pub(crate) fn from_cell(cell: Arc<ActorCell<A>>) -> Self {
+        ActorRef { cell }
+    }
+
+    pub(crate) fn cell(&self) -> &Arc<ActorCell<A>> {
+        &self.cell
+    }
+
+    /// The actor's id.
+    pub fn id(&self) -> ActorId {
+        self.cell.id
+    }
+
+    /// `false` once the actor has stopped. A `true` can be stale by the time
+    /// it is read; `tell` reports the truth.
+    pub fn is_alive(&self) -> bool {
+        !self.cell.is_closed()
+    }
+
+    #[inline]
+    fn reserve<M>(&self, msg: M) -> Result<M, SendError<M>> {
+        if self.cell.is_closed() {
+            self.cell
+                .system
+                .dead_letters
+                .record(self.cell.id, std::any::type_name::<M>());
+            return Err(SendError::Stopped(msg));
+        }
+        if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            match sem.try_acquire() {
+                Ok(permit) => permit.forget(),
+                Err(tokio::sync::TryAcquireError::NoPermits) => return Err(SendError::Full(msg)),
+                Err(tokio::sync::TryAcquireError::Closed) => {
+                    return Err(SendError::Stopped(msg));
+                }
+            }
+        }
+        Ok(msg)
+    }
+
+    /// Sends a message without waiting (fire and forget). Never blocks: on an
+    /// unbounded mailbox it always enqueues unless the actor has stopped; on
+    /// a bounded one it fails with [`SendError::Full`] when there is no room.
+    ///
+    /// ```
+    /// # use troubadour::prelude::*;
+    /// # struct Counter(u64); impl Actor for Counter {}
+    /// # struct Add(u64); impl Message for Add { type Reply = (); }
+    /// # impl Handler<Add> for Counter { fn handle(&mut self, m: Add, _: &mut Context<Self>) { self.0 += m.0 } }
+    /// let system = ActorSystem::new();
+    /// let counter = system.spawn(Counter(0))?;
+    /// counter.tell(Add(1))?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[inline]
+    pub fn tell<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        let msg = self.reserve(msg)?;
+        self.cell.enqueue(envelope::<A, M, K>(msg, None));
+        Ok(())
+    }
+
+    /// The same as [`tell`](Self::tell); the name says "this may be refused
+    /// because the mailbox is full" at the call site.
+    pub fn try_tell<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        self.tell(msg)
+    }
+
+    /// Sends a message, waiting for room in a bounded mailbox
+    /// (backpressure). On an unbounded mailbox it completes at once.
+    pub async fn send<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            match sem.acquire().await {
+                Ok(permit) => permit.forget(),
+                Err(_) => return Err(SendError::Stopped(msg)),
+            }
+            if self.cell.is_closed() {
+                sem.add_permits(1);
+                self.cell
+                    .system
+                    .dead_letters
+                    .record(self.cell.id, std::any::type_name::<M>());
+                return Err(SendError::Stopped(msg));
+            }
+            self.cell.enqueue(envelope::<A, M, K>(msg, None));
+            Ok(())
+        } else {
+            self.tell(msg)
+        }
+    }
+
+    /// Sends a request and returns a future of its reply. The request is
+    /// sent now; awaiting gives the reply, [`AskError::Timeout`] after the
+    /// timeout (the system default unless set with [`Ask::timeout`]), or
+    /// [`AskError::NoReply`] as soon as the actor stops, fails or restarts
+    /// without replying. It never hangs because the other side died.
+    pub fn ask<M, K>(&self, msg: M) -> Ask<M::Reply>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        let system = &self.cell.system;
+        let state = match self.reserve(msg) {
+            Ok(msg) => {
+                let (tx, rx) = oneshot::channel();
+                self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx)));
+                AskState::Waiting(rx)
+            }
+            Err(e) => AskState::Failed(Some(e.into())),
+        };
+        Ask {
+            state,
+            timeout: system.config.ask_timeout,
+            sleep: None,
+            tokio: system.tokio.clone(),
+        }
+    }
+
+    /// A handle that only knows the message type, for code that should not
+    /// depend on the actor's type.
+    pub fn recipient<M, K>(&self) -> Recipient<M>
+    where
+        M: Message,
+        A: Handles<M, K>,
+        K: 'static,
+    {
+        Recipient {
+            sink: Arc::new(RefSink::<A, K> {
+                actor: self.clone(),
+                _marker: PhantomData,
+            }),
+        }
+    }
+
+    /// Asks the actor to stop after its current message; control signals
+    /// overtake queued user messages, which go to dead letters. Exit reason
+    /// [`ExitReason::Normal`].
+    pub fn stop(&self) {
+        self.cell.send_signal(Signal::Stop(ExitReason::Normal));
+    }
+
+    /// Kills the actor: it stops at once, without its stop hooks, with reason
+    /// [`ExitReason::Killed`] (a restartable child is restarted by its
+    /// supervisor).
+    pub fn kill(&self) {
+        self.cell.send_signal(Signal::Kill);
+    }
+
+    /// Resolves with the exit reason when the actor stops
+    /// ([`ExitReason::NoProc`] if it already had).
+    pub fn wait_stopped(&self) -> impl Future<Output = ExitReason> + Send + 'static {
+        let (tx, rx) = oneshot::channel();
+        self.cell.send_signal(Signal::Watch(Watcher::Waiter(tx)));
+        async move { rx.await.unwrap_or(ExitReason::NoProc) }
+    }
+}
+
+enum AskState<R> {
+    Waiting(oneshot::Receiver<R>),
+    Failed(Option<AskError>),
+}
+
+/// The reply to an [`ActorRef::ask`]: await it, or [`wait`](Ask::wait) for
+/// it from synchronous code.
+#[must_use = "the request is sent, but its reply is only read by awaiting the Ask"]
+pub struct Ask<R> {
+    state: AskState<R>,
+    timeout: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    tokio: tokio::runtime::Handle,
+}
+
+impl<R> Ask<R> {
+    /// Sets how long to wait for the reply.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self.sleep = None;
+        self
+    }
+
+    /// Blocks the current thread until the reply, the timeout or a failure.
+    /// For plain `fn main` programs and other threads outside the runtime;
+    /// do not call it from a handler (await the `Ask` there instead).
+    pub fn wait(self) -> Result<R, AskError> {
+        block_on(self)
+    }
+}
+
+impl<R> Future for Ask<R> {
+    type Output = Result<R, AskError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let rx = match &mut this.state {
+            AskState::Failed(e) => {
+                return Poll::Ready(Err(e.take().unwrap_or(AskError::NoReply)));
+            }
+            AskState::Waiting(rx) => rx,
+        };
+        match Pin::new(rx).poll(cx) {
+            Poll::Ready(Ok(reply)) => return Poll::Ready(Ok(reply)),
+            Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::NoReply)),
+            Poll::Pending => {}
+        }
+        let timeout = this.timeout;
+        let sleep = this.sleep.get_or_insert_with(|| {
+            // Inside the system's runtime so this works from any executor
+            // or a plain thread.
+            let _guard = this.tokio.enter();
+            Box::pin(tokio::time::sleep(timeout))
+        });
+        match sleep.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(AskError::Timeout(timeout))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+/// A reference that only knows which message it accepts.
+///
+/// ```
+/// # use troubadour::prelude::*;
+/// # struct Logger; impl Actor for Logger {}
+/// struct Line(String);
+/// impl Message for Line { type Reply = (); }
+/// # impl Handler<Line> for Logger { fn handle(&mut self, _: Line, _: &mut Context<Self>) {} }
+/// fn log_to(r: &Recipient<Line>) { let _ = r.tell(Line("hello".into())); }
+/// let system = ActorSystem::new();
+/// let logger = system.spawn(Logger)?;
+/// log_to(&logger.recipient());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Recipient<M: Message> {
+    sink: Arc<dyn Sink<M>>,
+}
+
+impl<M: Message> Clone for Recipient<M> {
+    fn clone(&self) -> Self {
+        Recipient {
+            sink: self.sink.clone(),
+        }
+    }
+}
+
+impl<M: Message> fmt::Debug for Recipient<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Recipient<{}>{}", std::any::type_name::<M>(), self.id())
+    }
+}
+
+impl<M: Message> Recipient<M> {
+    /// See [`ActorRef::tell`].
+    pub fn tell(&self, msg: M) -> Result<(), SendError<M>> {
+        self.sink.tell(msg)
+    }
+
+    /// See [`ActorRef::ask`].
+    pub fn ask(&self, msg: M) -> Ask<M::Reply> {
+        self.sink.ask(msg)
+    }
+
+    /// The actor's id.
+    pub fn id(&self) -> ActorId {
+        self.sink.id()
+    }
+
+    /// See [`ActorRef::is_alive`].
+    pub fn is_alive(&self) -> bool {
+        self.sink.is_alive()
+    }
+}
+
+trait Sink<M: Message>: Send + Sync {
+    fn tell(&self, msg: M) -> Result<(), SendError<M>>;
+    fn ask(&self, msg: M) -> Ask<M::Reply>;
+    fn id(&self) -> ActorId;
+    fn is_alive(&self) -> bool;
+}
+
+struct RefSink<A: Actor, K> {
+    actor: ActorRef<A>,
+    _marker: PhantomData<fn() -> K>,
+}
+
+impl<A, M, K> Sink<M> for RefSink<A, K>
+where
+    A: Handles<M, K>,
+    M: Message,
+    K: 'static,
+{
+    fn tell(&self, msg: M) -> Result<(), SendError<M>> {
+        self.actor.tell(msg)
+    }
+    fn ask(&self, msg: M) -> Ask<M::Reply> {
+        self.actor.ask(msg)
+    }
+    fn id(&self) -> ActorId {
+        self.actor.id()
+    }
+    fn is_alive(&self) -> bool {
+        self.actor.is_alive()
+    }
+}

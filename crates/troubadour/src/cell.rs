@@ -1,0 +1,953 @@
+//! The actor cell: one heap object per actor holding its queues, its
+//! scheduling state and the actor itself, and the turn a worker runs.
+//!
+//! Layout is kept small because a million idle actors must stay cheap: the
+//! fields every actor needs are inline; everything only some actors use
+//! (children, links, monitors, stash, timers, a restart factory, a suspended
+//! async handler) lives in [`Extras`], allocated on first use.
+//!
+//! Field ownership:
+//! * `run`, `mailbox` (producer side), `signals` (producer side), `id`,
+//!   `system`, `config`: shared, touched by any thread.
+//! * everything in an `UnsafeCell`: consumer-only, touched only by the thread
+//!   holding the `SCHEDULED` bit (see `run_state.rs`). References into them
+//!   are kept short and never held across a call into user code, except the
+//!   `&mut A` / `&mut Context<A>` a handler receives.
+
+use crate::actor::Actor;
+use crate::context::Context;
+use crate::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
+use crate::exit::{panic_message, ActorId, Down, ExitReason, Exited};
+use crate::mailbox::{Pop, Queue, SignalStack};
+use crate::run_state::{
+    Notify, RunState, CLOSED, DETACHED, EXITED_NORMAL, NAMED, SCHEDULED, WOKEN,
+};
+use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
+use crate::supervision::{Restart, RestartLog};
+use crate::system::SystemCore;
+use crate::timer::TimerRef;
+use std::cell::UnsafeCell;
+use std::collections::BTreeMap;
+use std::mem::MaybeUninit;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::task::{Poll, Wake, Waker};
+
+/// Where an actor is in its life. Consumer-only.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Phase {
+    /// Spawned; `started` has not run.
+    Starting,
+    Running,
+    /// Failed; waiting for its supervisor's decision. Takes no user message.
+    Failed,
+    /// Waiting for its children to stop before finishing a stop or restart.
+    Draining,
+    Stopped,
+}
+
+/// What a handler asked for through its context, applied after it returns.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Request {
+    None,
+    Stop,
+    Fail,
+}
+
+pub(crate) enum AfterChildren {
+    Stop(ExitReason),
+    Restart(ExitReason),
+}
+
+/// Immutable per-actor settings that producers read.
+pub(crate) struct CellConfig {
+    pub(crate) bound: Option<tokio::sync::Semaphore>,
+    pub(crate) dedicated: Option<crossbeam_utils::sync::Unparker>,
+}
+
+pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;
+
+/// State only some actors need; allocated on first use.
+pub(crate) struct Extras<A: Actor> {
+    /// `None`: a top-level actor, supervised by the system's guardian.
+    pub(crate) parent: Option<Arc<dyn ControlHandle>>,
+    /// Ordered by id, which is spawn order (rest-for-one relies on it).
+    pub(crate) children: BTreeMap<ActorId, Arc<dyn ControlHandle>>,
+    pub(crate) links: Vec<Arc<dyn ControlHandle>>,
+    pub(crate) watchers: Vec<Watcher>,
+    pub(crate) trap_exits: bool,
+    pub(crate) exited_vtable: Option<fn(Exited) -> *mut Envelope<A>>,
+    pub(crate) stash: EnvelopeQueue<A>,
+    pub(crate) replay: EnvelopeQueue<A>,
+    pub(crate) timers: Vec<TimerRef>,
+    pub(crate) factory: Option<Factory<A>>,
+    pub(crate) restart: Restart,
+    pub(crate) suspended: Option<Suspended>,
+    pub(crate) waker: Option<Waker>,
+    pub(crate) restarts: RestartLog,
+    pub(crate) then: Option<AfterChildren>,
+    pub(crate) requested_reason: Option<ExitReason>,
+    pub(crate) exit_reason: Option<ExitReason>,
+}
+
+impl<A: Actor> Default for Extras<A> {
+    fn default() -> Self {
+        Extras {
+            parent: None,
+            children: BTreeMap::new(),
+            links: Vec::new(),
+            watchers: Vec::new(),
+            trap_exits: false,
+            exited_vtable: None,
+            stash: EnvelopeQueue::default(),
+            replay: EnvelopeQueue::default(),
+            timers: Vec::new(),
+            factory: None,
+            restart: Restart::Temporary,
+            suspended: None,
+            waker: None,
+            restarts: RestartLog::default(),
+            then: None,
+            requested_reason: None,
+            exit_reason: None,
+        }
+    }
+}
+
+pub(crate) struct ActorCell<A: Actor> {
+    run: RunState,
+    phase: UnsafeCell<Phase>,
+    request: UnsafeCell<Request>,
+    has_actor: UnsafeCell<bool>,
+    pub(crate) id: ActorId,
+    pub(crate) system: Arc<SystemCore>,
+    mailbox: Queue,
+    signals: SignalStack,
+    pub(crate) config: Option<Box<CellConfig>>,
+    extras: UnsafeCell<Option<Box<Extras<A>>>>,
+    ctx: UnsafeCell<Context<A>>,
+    actor: UnsafeCell<MaybeUninit<A>>,
+}
+
+// SAFETY: the consumer-only fields are touched only by the thread holding
+// the SCHEDULED bit (module docs); `A: Send` and messages are `Send`.
+unsafe impl<A: Actor> Send for ActorCell<A> {}
+unsafe impl<A: Actor> Sync for ActorCell<A> {}
+
+/// What a worker does with an actor after a turn.
+pub(crate) enum Turn {
+    /// Released; someone else will schedule it when input arrives.
+    Idle,
+    /// Still owned by the caller and has work: schedule it again.
+    Again,
+}
+
+/// A runnable actor as the scheduler sees it.
+pub(crate) trait Runnable: Send + Sync + 'static {
+    fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    fn is_finished(&self) -> bool;
+}
+
+impl<A: Actor> ActorCell<A> {
+    /// A cell in `Starting` phase. `scheduled` cells are created owning the
+    /// consumer role (the spawner schedules them at once).
+    pub(crate) fn new(
+        system: Arc<SystemCore>,
+        id: ActorId,
+        actor: A,
+        config: Option<Box<CellConfig>>,
+        extras: Option<Box<Extras<A>>>,
+    ) -> Arc<Self> {
+        Arc::new_cyclic(|weak| ActorCell {
+            run: RunState::new(SCHEDULED),
+            phase: UnsafeCell::new(Phase::Starting),
+            request: UnsafeCell::new(Request::None),
+            has_actor: UnsafeCell::new(true),
+            id,
+            system,
+            mailbox: Queue::new(),
+            signals: SignalStack::new(),
+            config,
+            extras: UnsafeCell::new(extras),
+            // SAFETY: `weak.as_ptr()` is the final address of the cell.
+            ctx: UnsafeCell::new(Context::new(unsafe {
+                NonNull::new_unchecked(weak.as_ptr() as *mut ActorCell<A>)
+            })),
+            actor: UnsafeCell::new(MaybeUninit::new(actor)),
+        })
+    }
+
+    // ---- producer side -------------------------------------------------
+
+    #[inline]
+    pub(crate) fn is_closed(&self) -> bool {
+        self.run.load() & CLOSED != 0
+    }
+
+    /// Enqueues a built message node and makes sure someone will run it.
+    #[inline]
+    pub(crate) fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
+        // SAFETY: `env` is a fresh node we own; the cell is pinned in its Arc.
+        unsafe { self.mailbox.push(Envelope::as_link(env)) };
+        self.notify(0);
+    }
+
+    pub(crate) fn send_signal(self: &Arc<Self>, signal: Signal) {
+        // SAFETY: as for `enqueue`.
+        unsafe { self.signals.push(SignalNode::boxed(signal)) };
+        self.notify(0);
+    }
+
+    fn notify(self: &Arc<Self>, extra: u32) {
+        match self.run.notify(extra) {
+            Notify::AlreadyScheduled => {}
+            Notify::Acquired => self.schedule(),
+            Notify::AcquiredClosed => {
+                // We own a stopped actor: report what was sent to it.
+                self.drain_closed();
+                if self.run.release(|_| self.has_input_closed()) {
+                    self.drain_closed_loop();
+                }
+            }
+        }
+    }
+
+    fn drain_closed_loop(self: &Arc<Self>) {
+        loop {
+            self.drain_closed();
+            if !self.run.release(|_| self.has_input_closed()) {
+                return;
+            }
+        }
+    }
+
+    /// Hands the actor (whose consumer role the caller holds) to whoever
+    /// runs it.
+    pub(crate) fn schedule(self: &Arc<Self>) {
+        match self.config.as_ref().and_then(|c| c.dedicated.as_ref()) {
+            Some(unparker) => unparker.unpark(),
+            None => self.system.scheduler.schedule(self.clone()),
+        }
+    }
+
+    pub(crate) fn wake(self: &Arc<Self>) {
+        self.notify(WOKEN);
+    }
+
+    /// For a `LocalActor`: not attached to a supervisor until spawned.
+    pub(crate) fn set_detached(&self, detached: bool) {
+        if detached {
+            self.run.set(DETACHED)
+        } else {
+            self.run.clear(DETACHED)
+        }
+    }
+
+    pub(crate) fn signals_look_empty(&self) -> bool {
+        self.signals.looks_empty()
+    }
+
+    /// Consumer-only: a handler asked to stop or fail.
+    #[inline]
+    pub(crate) fn has_pending_request(&self) -> bool {
+        // SAFETY: called by the holder of the consumer role.
+        unsafe { *self.request.get() != Request::None }
+    }
+
+    /// Gives up the consumer role for good, running whatever arrives in the
+    /// meantime (used by owners that are not workers).
+    pub(crate) fn release_all(self: &Arc<Self>) {
+        while self.release() {
+            self.run_guarded(u32::MAX);
+        }
+    }
+
+    pub(crate) fn mark_named(&self) {
+        self.run.set(NAMED);
+    }
+
+    // ---- consumer side -------------------------------------------------
+    // SAFETY (all `unsafe` accessors below): callers hold the SCHEDULED bit
+    // or own the cell through a `LocalActor`.
+
+    #[inline]
+    pub(crate) unsafe fn phase(&self) -> Phase {
+        *self.phase.get()
+    }
+
+    #[inline]
+    unsafe fn set_phase(&self, p: Phase) {
+        *self.phase.get() = p;
+    }
+
+    pub(crate) unsafe fn request(&self, r: Request, reason: Option<ExitReason>) {
+        *self.request.get() = r;
+        if let Some(reason) = reason {
+            self.extras().requested_reason = Some(reason);
+        }
+    }
+
+    #[inline]
+    pub(crate) unsafe fn extras_opt(&self) -> Option<&mut Extras<A>> {
+        (*self.extras.get()).as_deref_mut()
+    }
+
+    pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
+        (*self.extras.get()).get_or_insert_with(Default::default)
+    }
+
+    #[inline]
+    pub(crate) unsafe fn actor_mut(&self) -> &mut A {
+        debug_assert!(*self.has_actor.get());
+        (*self.actor.get()).assume_init_mut()
+    }
+
+    #[inline]
+    pub(crate) unsafe fn ctx_mut(&self) -> &mut Context<A> {
+        &mut *self.ctx.get()
+    }
+
+    unsafe fn drop_actor(&self) {
+        if std::mem::replace(&mut *self.has_actor.get(), false) {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                (*self.actor.get()).assume_init_drop();
+            }));
+        }
+    }
+
+    /// Runs a lifecycle hook whose panic must not derail a stop or restart.
+    unsafe fn guarded_hook(&self, hook: impl FnOnce(&mut A, &mut Context<A>)) {
+        if *self.has_actor.get() {
+            let actor = self.actor_mut();
+            let ctx = self.ctx_mut();
+            if catch_unwind(AssertUnwindSafe(|| hook(actor, ctx))).is_err() {
+                #[cfg(feature = "tracing")]
+                tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
+            }
+        }
+    }
+
+    /// A waker that schedules this actor, made once per actor that awaits.
+    pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
+        let extras = self.extras();
+        extras
+            .waker
+            .get_or_insert_with(|| {
+                Waker::from(Arc::new(CellWaker {
+                    cell: Arc::downgrade(self),
+                }))
+            })
+            .clone()
+    }
+
+    /// One turn: signals first, then up to `budget` user messages. Returns
+    /// `true` if the budget ran out with more to do.
+    unsafe fn turn(self: &Arc<Self>, budget: u32) -> bool {
+        let woken = self.run.take_woken();
+        self.process_signals();
+        match self.phase() {
+            Phase::Stopped => {
+                self.drain_closed();
+                return false;
+            }
+            Phase::Failed | Phase::Draining => return false,
+            Phase::Starting => {
+                self.set_phase(Phase::Running);
+                let (actor, ctx) = (self.actor_mut(), self.ctx_mut());
+                actor.started(ctx);
+                if !self.after_user_code() {
+                    return false;
+                }
+            }
+            Phase::Running => {
+                // A request left by a direct call (`LocalActor`).
+                if *self.request.get() != Request::None && !self.after_user_code() {
+                    return false;
+                }
+            }
+        }
+        if let Some(extras) = self.extras_opt() {
+            if extras.suspended.is_some() {
+                if !woken || !self.resume_suspended() {
+                    return false;
+                }
+            }
+        }
+        for _ in 0..budget {
+            if !self.signals.looks_empty() {
+                self.process_signals();
+                if self.phase() != Phase::Running {
+                    return false;
+                }
+            }
+            let Some(env) = self.next_envelope() else {
+                return false;
+            };
+            match Envelope::handle(env, self.actor_mut(), self.ctx_mut()) {
+                Handled::Done => {}
+                Handled::Suspended(fut) => {
+                    self.extras().suspended = Some(fut);
+                    self.after_user_code();
+                    return false;
+                }
+            }
+            if *self.request.get() != Request::None && !self.after_user_code() {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Polls a suspended async handler. `true` if it finished and the actor
+    /// may take messages again.
+    unsafe fn resume_suspended(self: &Arc<Self>) -> bool {
+        let waker = self.waker();
+        let Some(fut) = self.extras().suspended.as_mut() else {
+            return true;
+        };
+        match fut
+            .as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker))
+        {
+            Poll::Pending => {
+                // A stop requested before the await is applied now.
+                self.after_user_code();
+                false
+            }
+            Poll::Ready(()) => {
+                self.extras().suspended = None;
+                self.after_user_code()
+            }
+        }
+    }
+
+    /// Applies what user code asked for (stop, fail). `true` if the actor
+    /// keeps running.
+    unsafe fn after_user_code(self: &Arc<Self>) -> bool {
+        match std::mem::replace(&mut *self.request.get(), Request::None) {
+            Request::None => {}
+            Request::Stop => {
+                let reason = self
+                    .extras()
+                    .requested_reason
+                    .take()
+                    .unwrap_or(ExitReason::Normal);
+                self.self_stop(reason);
+            }
+            Request::Fail => {
+                let reason = self
+                    .extras()
+                    .requested_reason
+                    .take()
+                    .unwrap_or_else(|| ExitReason::Failed(Arc::from("failed")));
+                self.abnormal(reason, false);
+            }
+        }
+        self.phase() == Phase::Running
+    }
+
+    unsafe fn next_envelope(&self) -> Option<*mut Envelope<A>> {
+        if let Some(extras) = self.extras_opt() {
+            if let Some(env) = extras.replay.pop_front() {
+                return Some(env);
+            }
+        }
+        let mut spins = 0u32;
+        loop {
+            match self.mailbox.pop() {
+                Pop::Data(link) => {
+                    if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                        sem.add_permits(1);
+                    }
+                    return Some(Envelope::from_link(link));
+                }
+                Pop::Empty => return None,
+                // A producer is mid-push. Wait briefly; if it was preempted,
+                // give the thread back and let the release protocol
+                // reschedule us.
+                Pop::Inconsistent if spins < 64 => {
+                    spins += 1;
+                    std::hint::spin_loop();
+                }
+                Pop::Inconsistent => return None,
+            }
+        }
+    }
+
+    unsafe fn process_signals(self: &Arc<Self>) {
+        if self.signals.looks_empty() {
+            return;
+        }
+        let mut node = self.signals.take_all();
+        while !node.is_null() {
+            let next = SignalStack::next_of(node);
+            let signal = SignalNode::unbox(node);
+            if self.phase() == Phase::Stopped {
+                self.signal_after_stop(signal);
+            } else {
+                self.handle_signal(signal);
+            }
+            node = next;
+        }
+    }
+
+    unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
+        match signal {
+            Signal::Stop(reason) => self.begin_stop(reason),
+            Signal::Kill => self.abnormal(ExitReason::Killed, true),
+            Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
+            Signal::Link(other) => self.extras().links.push(other),
+            Signal::Unlink(id) => self.extras().links.retain(|l| l.id() != id),
+            Signal::Watch(w) => self.extras().watchers.push(w),
+            Signal::Unwatch(watcher) => self
+                .extras()
+                .watchers
+                .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
+            Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
+            Signal::ChildExited { id, .. } => {
+                let extras = self.extras();
+                extras.children.remove(&id);
+                if self.phase() == Phase::Draining && extras.children.is_empty() {
+                    self.after_children();
+                }
+            }
+            Signal::Restart(reason) => self.restart(reason),
+        }
+    }
+
+    /// Signals that reach an actor that has already stopped.
+    unsafe fn signal_after_stop(self: &Arc<Self>, signal: Signal) {
+        let reason = if self.run.load() & EXITED_NORMAL != 0 {
+            ExitReason::Normal
+        } else {
+            self.extras_opt()
+                .and_then(|e| e.exit_reason.clone())
+                .unwrap_or(ExitReason::NoProc)
+        };
+        match signal {
+            Signal::Watch(w) => deliver_down(w, self.id, reason),
+            Signal::Link(other) => other.signal(Signal::Exit {
+                from: self.id,
+                reason: ExitReason::NoProc,
+            }),
+            _ => {}
+        }
+    }
+
+    unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
+        let extras = self.extras();
+        extras.links.retain(|l| l.id() != from);
+        if extras.trap_exits && reason != ExitReason::Killed {
+            if let Some(make) = extras.exited_vtable {
+                // Trapped exits become ordinary messages, ahead of the
+                // mailbox like every signal.
+                extras.replay.push_back(make(Exited { id: from, reason }));
+                return;
+            }
+        }
+        if reason != ExitReason::Normal {
+            self.abnormal(reason, false);
+        }
+    }
+
+    /// The actor dies or fails for `reason`. A restartable actor waits in
+    /// `Failed` for its supervisor; others stop. `brutal` (kill) skips hooks
+    /// and does not wait for children.
+    pub(crate) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
+        match self.phase() {
+            Phase::Stopped => return,
+            Phase::Failed if !brutal => return,
+            _ => {}
+        }
+        self.drop_suspended();
+        if brutal {
+            self.drop_actor();
+        }
+        if self.restartable(&reason) && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
+        {
+            self.set_phase(Phase::Failed);
+            self.tell_parent(Signal::ChildFailed {
+                id: self.id,
+                reason,
+            });
+        } else if brutal {
+            self.kill_children();
+            self.finish_stop(reason);
+        } else {
+            self.begin_stop(reason);
+        }
+    }
+
+    unsafe fn self_stop(self: &Arc<Self>, reason: ExitReason) {
+        if self.restartable(&reason) {
+            // A permanent actor that stops itself is restarted.
+            self.abnormal(reason, false);
+        } else {
+            self.begin_stop(reason);
+        }
+    }
+
+    unsafe fn restartable(&self, reason: &ExitReason) -> bool {
+        match self.extras_opt() {
+            Some(e) if e.factory.is_some() => match e.restart {
+                Restart::Permanent => true,
+                Restart::Transient => !reason.is_normal(),
+                Restart::Temporary => false,
+            },
+            _ => false,
+        }
+    }
+
+    unsafe fn drop_suspended(&self) {
+        if let Some(e) = self.extras_opt() {
+            if let Some(fut) = e.suspended.take() {
+                let _ = catch_unwind(AssertUnwindSafe(|| drop(fut)));
+            }
+        }
+    }
+
+    fn cancel_timers(extras: &mut Extras<A>) {
+        for t in extras.timers.drain(..) {
+            t.cancel();
+        }
+    }
+
+    /// Stop: `stopping` hook, stop children and wait for them, then finish.
+    pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
+        match self.phase() {
+            Phase::Stopped => return,
+            Phase::Draining => {
+                // Already waiting for children; a stop wins over a restart.
+                self.extras().then = Some(AfterChildren::Stop(reason));
+                return;
+            }
+            _ => {}
+        }
+        self.drop_suspended();
+        if self.phase() != Phase::Failed {
+            self.guarded_hook(|a, c| a.stopping(c));
+        }
+        if let Some(extras) = self.extras_opt() {
+            Self::cancel_timers(extras);
+            if !extras.children.is_empty() {
+                for child in extras.children.values() {
+                    child.signal(Signal::Stop(ExitReason::Shutdown));
+                }
+                extras.then = Some(AfterChildren::Stop(reason));
+                self.set_phase(Phase::Draining);
+                return;
+            }
+        }
+        self.finish_stop(reason);
+    }
+
+    unsafe fn kill_children(&self) {
+        if let Some(extras) = self.extras_opt() {
+            for child in std::mem::take(&mut extras.children).values() {
+                child.signal(Signal::Kill);
+            }
+        }
+    }
+
+    unsafe fn after_children(self: &Arc<Self>) {
+        match self.extras().then.take() {
+            Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
+            Some(AfterChildren::Restart(reason)) => self.rebuild(reason),
+            None => {}
+        }
+    }
+
+    /// The end: hooks, drop the actor, close the mailbox, tell everyone.
+    unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
+        self.guarded_hook(|a, c| a.stopped(c));
+        self.drop_actor();
+        self.set_phase(Phase::Stopped);
+        self.run.set(CLOSED);
+        if self.run.load() & NAMED != 0 {
+            self.system.registry.remove_actor(self.id);
+        }
+        let extras = (*self.extras.get()).take().map(|b| *b).unwrap_or_default();
+        let Extras {
+            parent,
+            links,
+            watchers,
+            mut stash,
+            mut replay,
+            mut timers,
+            ..
+        } = extras;
+        for t in timers.drain(..) {
+            t.cancel();
+        }
+        while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
+            self.system.dead_letters.record(self.id, Envelope::discard(env));
+        }
+        if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            // Wakes senders waiting for room: they get `Stopped`.
+            sem.close();
+        }
+        self.drain_mailbox();
+        for w in watchers {
+            deliver_down(w, self.id, reason.clone());
+        }
+        for l in links {
+            l.signal(Signal::Exit {
+                from: self.id,
+                reason: reason.clone(),
+            });
+        }
+        // Kept for monitors that arrive late; a normal exit needs no
+        // allocation to remember.
+        if reason == ExitReason::Normal {
+            self.run.set(EXITED_NORMAL);
+        } else {
+            self.extras().exit_reason = Some(reason.clone());
+        }
+        if self.run.load() & DETACHED != 0 {
+            return;
+        }
+        let exited = Signal::ChildExited { id: self.id };
+        match parent {
+            Some(p) => p.signal(exited),
+            None => self.system.guardian.on_signal(self.id, exited),
+        }
+    }
+
+    unsafe fn drain_mailbox(&self) {
+        loop {
+            match self.mailbox.pop() {
+                Pop::Data(link) => {
+                    if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                        sem.add_permits(1);
+                    }
+                    let env = Envelope::<A>::from_link(link);
+                    self.system.dead_letters.record(self.id, Envelope::discard(env));
+                }
+                Pop::Empty => return,
+                Pop::Inconsistent => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Called by whoever owns a stopped actor's consumer role.
+    fn drain_closed(self: &Arc<Self>) {
+        // SAFETY: the caller holds the SCHEDULED bit.
+        unsafe {
+            self.process_signals();
+            self.drain_mailbox();
+        }
+    }
+
+    fn has_input_closed(&self) -> bool {
+        !self.signals.looks_empty() || !self.mailbox.looks_empty()
+    }
+
+    /// Parent → child restart: hooks, stop children, rebuild from factory.
+    unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
+        if self.phase() == Phase::Stopped {
+            return;
+        }
+        if self.extras_opt().is_none_or(|e| e.factory.is_none()) {
+            // Cannot restart (spawned from a value): stop instead.
+            let stop_reason = if self.phase() == Phase::Failed {
+                reason
+            } else {
+                ExitReason::Shutdown
+            };
+            self.begin_stop(stop_reason);
+            return;
+        }
+        self.drop_suspended();
+        self.guarded_hook(|a, c| a.before_restart(&reason, c));
+        let extras = self.extras();
+        Self::cancel_timers(extras);
+        if !extras.children.is_empty() {
+            for child in extras.children.values() {
+                child.signal(Signal::Stop(ExitReason::Shutdown));
+            }
+            extras.then = Some(AfterChildren::Restart(reason));
+            self.set_phase(Phase::Draining);
+            return;
+        }
+        self.rebuild(reason);
+    }
+
+    unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
+        self.drop_actor();
+        *self.request.get() = Request::None;
+        let factory = self.extras().factory.as_mut().expect("restart without factory");
+        let fresh = factory();
+        (*self.actor.get()).write(fresh);
+        *self.has_actor.get() = true;
+        self.set_phase(Phase::Running);
+        let (actor, ctx) = (self.actor_mut(), self.ctx_mut());
+        actor.after_restart(&reason, ctx);
+        self.after_user_code();
+    }
+
+    unsafe fn on_child_failed(self: &Arc<Self>, child: ActorId, reason: ExitReason) {
+        if !matches!(self.phase(), Phase::Running | Phase::Starting) {
+            // We are stopping or failed ourselves; the child is stopped with us.
+            return;
+        }
+        let strategy = self.actor_mut().supervisor_strategy();
+        let extras = self.extras();
+        if !extras.children.contains_key(&child) {
+            return;
+        }
+        if !extras.restarts.allow(&strategy) {
+            // Too many restarts: fail ourselves and let our supervisor decide.
+            self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
+            return;
+        }
+        for target in strategy.kind.affected(child, &extras.children) {
+            target.signal(Signal::Restart(reason.clone()));
+        }
+    }
+
+    pub(crate) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
+        match self.extras_opt().and_then(|e| e.parent.clone()) {
+            Some(p) => p.signal(signal),
+            None => self.system.guardian.on_signal(self.id, signal),
+        }
+    }
+
+    /// The whole turn runs under `catch_unwind`; a panic fails the actor.
+    pub(crate) fn run_guarded(self: &Arc<Self>, budget: u32) -> bool {
+        // SAFETY: callers hold the SCHEDULED bit.
+        match catch_unwind(AssertUnwindSafe(|| unsafe { self.turn(budget) })) {
+            Ok(busy) => busy,
+            Err(payload) => {
+                let reason = ExitReason::Panicked(panic_message(&*payload));
+                #[cfg(feature = "tracing")]
+                tracing::error!(actor = %self.id, %reason, "actor failed");
+                // SAFETY: as above. A panic while failing (in a hook) stops the
+                // actor without further hooks.
+                let nested = catch_unwind(AssertUnwindSafe(|| unsafe {
+                    *self.request.get() = Request::None;
+                    self.abnormal(reason.clone(), false)
+                }));
+                if nested.is_err() {
+                    unsafe {
+                        if self.phase() != Phase::Stopped {
+                            self.drop_actor();
+                            self.kill_children();
+                            self.finish_stop(reason);
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Gives up the consumer role unless there is more to do.
+    pub(crate) fn release(&self) -> bool {
+        // SAFETY: we still hold the role while reading consumer state here.
+        let waiting = unsafe {
+            self.phase() != Phase::Running
+                || self.extras_opt().is_some_and(|e| e.suspended.is_some())
+        };
+        self.run.release(|state| {
+            !self.signals.looks_empty()
+                || state & WOKEN != 0
+                || (!waiting && !self.mailbox.looks_empty())
+                || (state & CLOSED != 0 && !self.mailbox.looks_empty())
+        })
+    }
+
+    /// Drops the actor in place if it never ran (used when a spawn is
+    /// rolled back or a local actor is discarded).
+    pub(crate) unsafe fn stop_now(self: &Arc<Self>, reason: ExitReason) {
+        self.begin_stop(reason);
+    }
+}
+
+impl<A: Actor> Runnable for ActorCell<A> {
+    fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
+        if self.run_guarded(budget) || self.release() {
+            Turn::Again
+        } else {
+            Turn::Idle
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl<A: Actor> ControlHandle for ActorCell<A> {
+    fn id(&self) -> ActorId {
+        self.id
+    }
+
+    fn signal(&self, signal: Signal) {
+        // Signals need the Arc to schedule; every handle is an Arc'd cell.
+        // SAFETY: `self` lives in an Arc (cells are only built by `new`).
+        let arc = unsafe {
+            Arc::increment_strong_count(self as *const Self);
+            Arc::from_raw(self as *const Self)
+        };
+        arc.send_signal(signal);
+    }
+
+    fn is_stopped(&self) -> bool {
+        self.is_closed()
+    }
+}
+
+impl<A: Actor> Drop for ActorCell<A> {
+    fn drop(&mut self) {
+        // Last reference gone: free whatever is still queued. Messages here
+        // were sent to an actor that can no longer run; count them.
+        unsafe {
+            if *self.has_actor.get() {
+                (*self.actor.get()).assume_init_drop();
+            }
+            loop {
+                match self.mailbox.pop() {
+                    Pop::Data(link) => {
+                        let name = Envelope::<A>::discard(Envelope::from_link(link));
+                        self.system.dead_letters.record(self.id, name);
+                    }
+                    _ => break,
+                }
+            }
+            let mut node = self.signals.take_all();
+            while !node.is_null() {
+                let next = SignalStack::next_of(node);
+                drop(SignalNode::unbox(node));
+                node = next;
+            }
+        }
+    }
+}
+
+pub(crate) fn deliver_down(w: Watcher, id: ActorId, reason: ExitReason) {
+    match w {
+        Watcher::Actor { down, .. } => {
+            let _ = down.tell(Down { id, reason });
+        }
+        Watcher::Waiter(tx) => {
+            let _ = tx.send(reason);
+        }
+    }
+}
+
+struct CellWaker<A: Actor> {
+    cell: std::sync::Weak<ActorCell<A>>,
+}
+
+impl<A: Actor> Wake for CellWaker<A> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if let Some(cell) = self.cell.upgrade() {
+            cell.wake();
+        }
+    }
+}

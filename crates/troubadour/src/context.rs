@@ -1,0 +1,289 @@
+//! [`Context`]: what a handler can do besides changing its own state —
+//! spawn children, stop or fail, link and monitor, set timers, stash.
+
+use crate::actor::{Actor, Handler, Message};
+use crate::actor_ref::ActorRef;
+use crate::cell::{ActorCell, Phase, Request};
+use crate::envelope::{envelope, take_current_reply, Handles, Immediate};
+use crate::error::SpawnError;
+use crate::exit::{ActorId, Down, ExitReason, Exited};
+use crate::signal::{ControlHandle, Signal, Watcher};
+use crate::spawn::{spawn_actor, Source, SpawnOptions};
+use crate::system::SystemHandle;
+use crate::timer::TimerRef;
+use std::ptr::NonNull;
+use std::sync::Arc;
+use std::task::Waker;
+use std::time::Duration;
+
+/// The handle a handler gets to its own actor and to the system.
+///
+/// It lives inside the actor's cell; methods take effect on the actor's own
+/// turn, so none of them races with message handling.
+pub struct Context<A: Actor> {
+    cell: NonNull<ActorCell<A>>,
+}
+
+// SAFETY: a context is only used by the thread running its actor's turn
+// (or by that actor's suspended future, which is polled only there).
+unsafe impl<A: Actor> Send for Context<A> {}
+unsafe impl<A: Actor> Sync for Context<A> {}
+
+impl<A: Actor> Context<A> {
+    pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
+        Context { cell }
+    }
+
+    #[inline]
+    fn cell(&self) -> &ActorCell<A> {
+        // SAFETY: the cell owns this context and outlives it.
+        unsafe { self.cell.as_ref() }
+    }
+
+    fn arc(&self) -> Arc<ActorCell<A>> {
+        // SAFETY: the cell lives in an Arc for as long as its context does.
+        unsafe {
+            Arc::increment_strong_count(self.cell.as_ptr());
+            Arc::from_raw(self.cell.as_ptr())
+        }
+    }
+
+    /// This actor's id.
+    pub fn id(&self) -> ActorId {
+        self.cell().id
+    }
+
+    /// A reference to this actor, to hand to others.
+    pub fn myself(&self) -> ActorRef<A> {
+        ActorRef::from_cell(self.arc())
+    }
+
+    /// The system this actor runs in.
+    pub fn system(&self) -> SystemHandle {
+        SystemHandle::from_core(self.cell().system.clone())
+    }
+
+    /// Stops this actor after the current handler returns: its children
+    /// stop first, then `stopped` runs. Exit reason
+    /// [`ExitReason::Normal`]. Messages still queued go to dead letters.
+    pub fn stop(&mut self) {
+        // SAFETY: called from the actor's own turn.
+        unsafe { self.cell().request(Request::Stop, None) }
+    }
+
+    /// Fails this actor after the current handler returns, as if it had
+    /// panicked: its supervisor decides whether it restarts.
+    pub fn fail(&mut self, reason: impl Into<String>) {
+        let reason = ExitReason::Failed(Arc::from(reason.into()));
+        // SAFETY: as for `stop`.
+        unsafe { self.cell().request(Request::Fail, Some(reason)) }
+    }
+
+    fn spawn_child<B: Actor>(
+        &mut self,
+        options: SpawnOptions,
+        source: Source<B>,
+    ) -> Result<ActorRef<B>, SpawnError> {
+        let cell = self.cell();
+        // SAFETY: the actor's own turn.
+        if unsafe { !matches!(cell.phase(), Phase::Running | Phase::Starting) } {
+            return Err(SpawnError::ParentStopping);
+        }
+        let parent: Arc<dyn ControlHandle> = self.arc();
+        let child = spawn_actor(&cell.system, Some(parent), options, source, |child| {
+            // Registered before the child can run, so its first signal to
+            // us (it is processed on our turn, after this returns) finds it.
+            // SAFETY: the actor's own turn.
+            unsafe { cell.extras().children.insert(child.id(), child) };
+            Ok(())
+        })?;
+        Ok(child)
+    }
+
+    /// Spawns a child from a value. It is not restarted if it fails (it
+    /// stops with the failure as its exit reason); use
+    /// [`spawn_with`](Self::spawn_with) for a restartable child.
+    pub fn spawn<B: Actor>(&mut self, actor: B) -> Result<ActorRef<B>, SpawnError> {
+        self.spawn_child(SpawnOptions::new(), Source::Value(actor))
+    }
+
+    /// Spawns a restartable child: `factory` builds it now and again on each
+    /// restart ([`Restart::Transient`](crate::Restart::Transient) unless the
+    /// options say otherwise).
+    pub fn spawn_with<B: Actor>(
+        &mut self,
+        factory: impl FnMut() -> B + Send + 'static,
+    ) -> Result<ActorRef<B>, SpawnError> {
+        self.spawn_child(SpawnOptions::new(), Source::Factory(Box::new(factory)))
+    }
+
+    /// Spawns a child from a value with options (name, mailbox, blocking).
+    pub fn spawn_with_options<B: Actor>(
+        &mut self,
+        options: SpawnOptions,
+        actor: B,
+    ) -> Result<ActorRef<B>, SpawnError> {
+        self.spawn_child(options, Source::Value(actor))
+    }
+
+    /// Spawns a restartable child with options.
+    pub fn spawn_factory_with_options<B: Actor>(
+        &mut self,
+        options: SpawnOptions,
+        factory: impl FnMut() -> B + Send + 'static,
+    ) -> Result<ActorRef<B>, SpawnError> {
+        self.spawn_child(options, Source::Factory(Box::new(factory)))
+    }
+
+    /// Ids of the live children, in spawn order.
+    pub fn children(&self) -> Vec<ActorId> {
+        // SAFETY: the actor's own turn.
+        unsafe {
+            self.cell()
+                .extras_opt()
+                .map(|e| e.children.keys().copied().collect())
+                .unwrap_or_default()
+        }
+    }
+
+    /// Links this actor with `other` (both ways, like Erlang's `link/1`):
+    /// when either stops with a reason other than `Normal`, the other fails
+    /// with the same reason, unless it traps exits. Linking to an actor that
+    /// has already stopped fails this one with [`ExitReason::NoProc`].
+    pub fn link<B: Actor>(&mut self, other: &ActorRef<B>) {
+        let other: Arc<dyn ControlHandle> = other.cell().clone();
+        // SAFETY: the actor's own turn.
+        unsafe { self.cell().extras().links.push(other.clone()) };
+        other.signal(Signal::Link(self.arc()));
+    }
+
+    /// Removes a link in both directions.
+    pub fn unlink<B: Actor>(&mut self, other: &ActorRef<B>) {
+        let id = other.id();
+        // SAFETY: the actor's own turn.
+        unsafe { self.cell().extras().links.retain(|l| l.id() != id) };
+        other.cell().send_signal(Signal::Unlink(self.id()));
+    }
+
+    /// Watches `other`: when it stops, this actor receives [`Down`] with the
+    /// exit reason (at once, with [`ExitReason::NoProc`], if it has already
+    /// stopped).
+    pub fn monitor<B: Actor>(&mut self, other: &ActorRef<B>)
+    where
+        A: Handler<Down>,
+    {
+        let down = self.myself().recipient::<Down, Immediate>();
+        other.cell().send_signal(Signal::Watch(Watcher::Actor {
+            watcher: self.id(),
+            down,
+        }));
+    }
+
+    /// Stops watching `other`. A [`Down`] already sent may still arrive.
+    pub fn demonitor<B: Actor>(&mut self, other: &ActorRef<B>) {
+        other.cell().send_signal(Signal::Unwatch(self.id()));
+    }
+
+    /// Turns exit signals from linked actors into [`Exited`] messages instead
+    /// of failing this actor (Erlang's `trap_exit`). A kill is never trapped.
+    pub fn trap_exits(&mut self, on: bool)
+    where
+        A: Handler<Exited>,
+    {
+        // SAFETY: the actor's own turn.
+        let extras = unsafe { self.cell().extras() };
+        extras.trap_exits = on;
+        extras.exited_vtable = Some(|e| envelope::<A, Exited, Immediate>(e, None));
+    }
+
+    /// Sends `msg` to this actor after `delay`. The timer is cancelled when
+    /// the actor stops or restarts, or by [`TimerRef::cancel`].
+    pub fn send_after<M, K>(&mut self, delay: Duration, msg: M) -> TimerRef
+    where
+        M: Message,
+        A: Handles<M, K>,
+        K: 'static,
+    {
+        let weak = Arc::downgrade(&self.arc());
+        let mut msg = Some(msg);
+        let timer = self.cell().system.timers.schedule(
+            delay,
+            None,
+            Box::new(move || {
+                if let (Some(cell), Some(m)) = (weak.upgrade(), msg.take()) {
+                    let _ = ActorRef::from_cell(cell).tell(m);
+                }
+                false
+            }),
+        );
+        self.keep_timer(timer)
+    }
+
+    /// Sends a clone of `msg` to this actor every `period`, first after one
+    /// period, until cancelled or the actor stops or restarts.
+    pub fn send_interval<M, K>(&mut self, period: Duration, msg: M) -> TimerRef
+    where
+        M: Message + Clone,
+        A: Handles<M, K>,
+        K: 'static,
+    {
+        let weak = Arc::downgrade(&self.arc());
+        let timer = self.cell().system.timers.schedule(
+            period,
+            Some(period),
+            Box::new(move || match weak.upgrade() {
+                Some(cell) => ActorRef::from_cell(cell).tell(msg.clone()).is_ok(),
+                None => false,
+            }),
+        );
+        self.keep_timer(timer)
+    }
+
+    fn keep_timer(&mut self, timer: TimerRef) -> TimerRef {
+        // SAFETY: the actor's own turn.
+        let timers = unsafe { &mut self.cell().extras().timers };
+        timers.retain(|t| !t.is_done());
+        timers.push(timer.clone());
+        timer
+    }
+
+    /// Defers `msg` (usually the one being handled) until
+    /// [`unstash_all`](Self::unstash_all). If it is the message being handled
+    /// and was sent with `ask`, its reply channel moves with it: the asker
+    /// gets the reply when the message is handled after unstashing, and the
+    /// value the current handler returns is discarded. (In an
+    /// [`AsyncHandler`](crate::AsyncHandler) this holds for a stash before
+    /// the handler's first `.await`.)
+    pub fn stash<M, K>(&mut self, msg: M)
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        let reply = take_current_reply::<M::Reply>();
+        let env = envelope::<A, M, K>(msg, reply);
+        // SAFETY: the actor's own turn.
+        unsafe { self.cell().extras().stash.push_back(env) };
+    }
+
+    /// Replays every stashed message, oldest first, before any message still
+    /// in the mailbox.
+    pub fn unstash_all(&mut self) {
+        // SAFETY: the actor's own turn.
+        let extras = unsafe { self.cell().extras() };
+        let mut stash = std::mem::take(&mut extras.stash);
+        // Stashed messages go ahead of anything replayed later but behind
+        // what is already waiting to be replayed.
+        extras.replay.append(&mut stash);
+    }
+
+    /// How many messages are stashed.
+    pub fn stashed(&self) -> usize {
+        // SAFETY: the actor's own turn.
+        unsafe { self.cell().extras_opt().map_or(0, |e| e.stash.len()) }
+    }
+
+    pub(crate) fn waker(&self) -> Waker {
+        // SAFETY: the actor's own turn.
+        unsafe { self.arc().waker() }
+    }
+}

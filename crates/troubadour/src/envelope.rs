@@ -1,0 +1,287 @@
+//! A message in a mailbox: one heap node holding the intrusive link, a
+//! pointer to a static table of functions for its `(actor, message)` pair,
+//! the message itself and, for an `ask`, the reply channel. One allocation
+//! per message; no `Box<dyn>` inside a box.
+//!
+//! [`Handles`] ties a message type to an actor whether the actor implements
+//! the synchronous [`Handler`] or the [`AsyncHandler`]: the second type
+//! parameter is a marker the compiler infers, so callers just write
+//! `actor.tell(msg)`.
+
+use crate::actor::{AsyncHandler, Handler, Message};
+use crate::context::Context;
+use crate::mailbox::Link;
+use std::any::TypeId;
+use std::cell::Cell;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::task::Poll;
+use tokio::sync::oneshot;
+
+/// The reply channel of an `ask`.
+pub(crate) type ReplyTo<R> = oneshot::Sender<R>;
+
+/// A future suspended in an actor: the rest of an async handler.
+pub(crate) type Suspended = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What the cell does after a dispatch.
+pub(crate) enum Handled {
+    Done,
+    Suspended(Suspended),
+}
+
+/// Functions of one `(actor, message)` pair.
+pub struct EnvelopeVTable<A: crate::Actor> {
+    handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>) -> Handled,
+    discard: unsafe fn(*mut Envelope<A>) -> &'static str,
+}
+
+/// The type-erased head of every message node.
+#[repr(C)]
+pub struct Envelope<A: crate::Actor> {
+    link: Link,
+    vtable: &'static EnvelopeVTable<A>,
+}
+
+#[repr(C)]
+struct Typed<A: crate::Actor, M: Message> {
+    head: Envelope<A>,
+    msg: M,
+    reply: Option<ReplyTo<M::Reply>>,
+}
+
+/// Marker: handled by a synchronous [`Handler`].
+pub enum Immediate {}
+/// Marker: handled by an [`AsyncHandler`].
+pub enum Awaiting {}
+
+/// Implemented for every actor that handles `M`, through [`Handler`] or
+/// [`AsyncHandler`]. Users never implement it; it is what `tell`, `ask` and
+/// `recipient` require.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` does not handle `{M}`",
+    note = "implement `Handler<{M}>` (or `AsyncHandler<{M}>`) for `{Self}`"
+)]
+pub trait Handles<M: Message, K>: crate::Actor {
+    #[doc(hidden)]
+    const VTABLE: &'static EnvelopeVTable<Self>;
+}
+
+impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
+    const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M>,
+        discard: discard::<A, M>,
+    };
+}
+
+impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
+    const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M>,
+        discard: discard::<A, M>,
+    };
+}
+
+/// Builds a node. The caller owns the returned pointer until it is pushed.
+pub(crate) fn envelope<A, M, K>(msg: M, reply: Option<ReplyTo<M::Reply>>) -> *mut Envelope<A>
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    Box::into_raw(Box::new(Typed {
+        head: Envelope {
+            link: Link::new(),
+            vtable: A::VTABLE,
+        },
+        msg,
+        reply,
+    })) as *mut Envelope<A>
+}
+
+impl<A: crate::Actor> Envelope<A> {
+    pub(crate) fn as_link(p: *mut Envelope<A>) -> *mut Link {
+        p as *mut Link
+    }
+
+    pub(crate) fn from_link(p: *mut Link) -> *mut Envelope<A> {
+        p as *mut Envelope<A>
+    }
+
+    /// Runs the handler and frees the node.
+    ///
+    /// # Safety
+    /// `p` must be a live node built by [`envelope`] for this actor type.
+    #[inline]
+    pub(crate) unsafe fn handle(p: *mut Envelope<A>, actor: &mut A, ctx: &mut Context<A>) -> Handled {
+        ((*p).vtable.handle)(p, actor, ctx)
+    }
+
+    /// Drops the node (its `ask` fails with `NoReply`); returns the message
+    /// type's name for dead-letter reporting.
+    ///
+    /// # Safety
+    /// As for [`handle`](Self::handle).
+    pub(crate) unsafe fn discard(p: *mut Envelope<A>) -> &'static str {
+        ((*p).vtable.discard)(p)
+    }
+}
+
+unsafe fn discard<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> &'static str {
+    drop(Box::from_raw(p as *mut Typed<A, M>));
+    std::any::type_name::<M>()
+}
+
+// Stash support. While a handler runs for an `ask`, this thread-local points
+// at the dispatch frame's reply slot, so `ctx.stash(msg)` can move the reply
+// channel along with the message and the reply is sent when the stashed
+// message is finally handled. A thread-local instead of a field of the
+// context keeps the slot out of memory the handler borrows mutably.
+thread_local! {
+    static CURRENT_REPLY: Cell<(*mut (), Option<TypeId>)> = const { Cell::new((std::ptr::null_mut(), None)) };
+}
+
+struct ReplySlotGuard;
+
+impl ReplySlotGuard {
+    fn set<R: Send + 'static>(slot: &mut Option<ReplyTo<R>>) -> Self {
+        CURRENT_REPLY.with(|c| {
+            c.set((
+                slot as *mut Option<ReplyTo<R>> as *mut (),
+                Some(TypeId::of::<R>()),
+            ))
+        });
+        ReplySlotGuard
+    }
+}
+
+impl Drop for ReplySlotGuard {
+    // Also runs while unwinding from a panicking handler, so the slot never
+    // dangles into the next message.
+    fn drop(&mut self) {
+        CURRENT_REPLY.with(|c| c.set((std::ptr::null_mut(), None)));
+    }
+}
+
+/// Takes the reply channel of the message being handled, if it is an `ask`
+/// whose reply type is `R`.
+pub(crate) fn take_current_reply<R: Send + 'static>() -> Option<ReplyTo<R>> {
+    CURRENT_REPLY.with(|c| {
+        let (ptr, ty) = c.get();
+        if ptr.is_null() || ty != Some(TypeId::of::<R>()) {
+            return None;
+        }
+        // SAFETY: the pointer was set by `ReplySlotGuard::set` for a slot of
+        // exactly this type (checked by TypeId) that outlives the guard, and
+        // the guard clears it before the frame returns.
+        unsafe { (*(ptr as *mut Option<ReplyTo<R>>)).take() }
+    })
+}
+
+unsafe fn handle_sync<A: Handler<M>, M: Message>(
+    p: *mut Envelope<A>,
+    actor: &mut A,
+    ctx: &mut Context<A>,
+) -> Handled {
+    let Typed { msg, mut reply, .. } = *Box::from_raw(p as *mut Typed<A, M>);
+    #[cfg(feature = "tracing")]
+    let _span = tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
+    match reply {
+        // A `tell`: nothing to reply to, the direct path.
+        None => {
+            A::handle(actor, msg, ctx);
+        }
+        Some(_) => {
+            let guard = ReplySlotGuard::set(&mut reply);
+            let out = A::handle(actor, msg, ctx);
+            drop(guard);
+            // `None` here means the handler stashed the message with its
+            // reply channel; the reply goes out when it is handled again.
+            if let Some(tx) = reply {
+                let _ = tx.send(out);
+            }
+        }
+    }
+    Handled::Done
+}
+
+unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
+    p: *mut Envelope<A>,
+    actor: &mut A,
+    ctx: &mut Context<A>,
+) -> Handled {
+    let Typed { msg, mut reply, .. } = *Box::from_raw(p as *mut Typed<A, M>);
+    #[cfg(feature = "tracing")]
+    let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
+    let waker = ctx.waker();
+    // SAFETY (lifetime extension): the future borrows the actor and the
+    // context, which live inside the actor's cell at fixed addresses. While
+    // it is pending the cell hands out no other reference to either: no
+    // user message is dispatched, and every path that touches the actor
+    // again (stop, kill, restart) drops the future first. The cell itself
+    // outlives the future because the future is stored in the cell.
+    let actor: &'static mut A = &mut *(actor as *mut A);
+    let ctx: &'static mut Context<A> = &mut *(ctx as *mut Context<A>);
+    let mut fut = Box::pin(A::handle(actor, msg, ctx));
+    let polled = {
+        let _guard = ReplySlotGuard::set(&mut reply);
+        fut.as_mut().poll(&mut std::task::Context::from_waker(&waker))
+    };
+    match polled {
+        Poll::Ready(out) => {
+            if let Some(tx) = reply {
+                let _ = tx.send(out);
+            }
+            Handled::Done
+        }
+        Poll::Pending => Handled::Suspended(Box::pin(async move {
+            let out = fut.await;
+            if let Some(tx) = reply {
+                let _ = tx.send(out);
+            }
+        })),
+    }
+}
+
+/// Keeps `A` invariant in containers of raw envelope pointers.
+pub(crate) struct EnvelopeQueue<A: crate::Actor> {
+    items: std::collections::VecDeque<*mut Envelope<A>>,
+    _actor: PhantomData<A>,
+}
+
+// SAFETY: the envelopes hold `Send` messages and are only touched by the
+// actor's consumer.
+unsafe impl<A: crate::Actor> Send for EnvelopeQueue<A> {}
+
+impl<A: crate::Actor> Default for EnvelopeQueue<A> {
+    fn default() -> Self {
+        EnvelopeQueue {
+            items: Default::default(),
+            _actor: PhantomData,
+        }
+    }
+}
+
+impl<A: crate::Actor> EnvelopeQueue<A> {
+    pub(crate) fn push_back(&mut self, p: *mut Envelope<A>) {
+        self.items.push_back(p);
+    }
+    pub(crate) fn pop_front(&mut self) -> Option<*mut Envelope<A>> {
+        self.items.pop_front()
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+    /// Moves all of `other` behind the current items.
+    pub(crate) fn append(&mut self, other: &mut Self) {
+        self.items.append(&mut other.items);
+    }
+}
+
+impl<A: crate::Actor> Drop for EnvelopeQueue<A> {
+    fn drop(&mut self) {
+        for p in self.items.drain(..) {
+            // SAFETY: every pointer here is an owned, live node.
+            unsafe { Envelope::discard(p) };
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! Every error a user can meet, each a typed value whose message says what
+//! happened and what to do about it.
+
+use std::fmt;
+use std::time::Duration;
+
+/// Why a `tell`, `try_tell` or `send` did not enqueue a message. The message
+/// is handed back so nothing is lost silently.
+#[derive(PartialEq, Eq)]
+pub enum SendError<M> {
+    /// The actor has stopped (or the system shut down). The message was also
+    /// counted as a dead letter.
+    Stopped(M),
+    /// The actor's bounded mailbox is full. Retry later, or use
+    /// `send(msg).await` to wait for room.
+    Full(M),
+}
+
+impl<M> SendError<M> {
+    /// The message that could not be delivered.
+    pub fn into_message(self) -> M {
+        match self {
+            SendError::Stopped(m) | SendError::Full(m) => m,
+        }
+    }
+}
+
+impl<M> fmt::Debug for SendError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Stopped(_) => write!(f, "SendError::Stopped(..)"),
+            SendError::Full(_) => write!(f, "SendError::Full(..)"),
+        }
+    }
+}
+
+impl<M> fmt::Display for SendError<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SendError::Stopped(_) => write!(
+                f,
+                "the actor has stopped; the {} message went to dead letters",
+                std::any::type_name::<M>()
+            ),
+            SendError::Full(_) => write!(
+                f,
+                "the actor's bounded mailbox is full; retry, or use `send(..).await` to wait for room"
+            ),
+        }
+    }
+}
+
+impl<M> std::error::Error for SendError<M> {}
+
+/// Why an `ask` ended without a reply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AskError {
+    /// The actor had stopped before the request was sent.
+    Stopped,
+    /// The actor's bounded mailbox was full.
+    Full,
+    /// No reply within the timeout. The request may still be handled later.
+    Timeout(Duration),
+    /// The actor stopped, was restarted or panicked after taking the request
+    /// and before replying.
+    NoReply,
+}
+
+impl fmt::Display for AskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AskError::Stopped => write!(f, "ask failed: the actor has stopped"),
+            AskError::Full => write!(f, "ask failed: the actor's bounded mailbox is full"),
+            AskError::Timeout(d) => write!(
+                f,
+                "ask timed out after {d:?}; the actor may be overloaded or stuck, \
+                 or the timeout too short (set it with `.timeout(..)`)"
+            ),
+            AskError::NoReply => write!(
+                f,
+                "ask failed: the actor stopped, restarted or panicked before replying"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for AskError {}
+
+impl<M> From<SendError<M>> for AskError {
+    fn from(e: SendError<M>) -> Self {
+        match e {
+            SendError::Stopped(_) => AskError::Stopped,
+            SendError::Full(_) => AskError::Full,
+        }
+    }
+}
+
+/// Why a spawn did not happen.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SpawnError {
+    /// `ActorSystem::shutdown` has begun; no new actors are accepted.
+    SystemShutdown,
+    /// The spawning actor is stopping; children can no longer be added.
+    ParentStopping,
+    /// The name asked for in the spawn options is already registered.
+    NameTaken(String),
+    /// A blocking actor needs a thread of its own and the OS refused one.
+    NoThread(String),
+}
+
+impl fmt::Display for SpawnError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SpawnError::SystemShutdown => {
+                write!(f, "cannot spawn: the actor system is shutting down")
+            }
+            SpawnError::ParentStopping => {
+                write!(f, "cannot spawn a child: the parent actor is stopping")
+            }
+            SpawnError::NameTaken(n) => write!(
+                f,
+                "cannot spawn: the name {n:?} is already registered; pick another or \
+                 unregister the holder first"
+            ),
+            SpawnError::NoThread(e) => write!(
+                f,
+                "cannot spawn a blocking actor: no thread could be created ({e}); \
+                 lower the number of blocking actors or raise the OS thread limit"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for SpawnError {}
+
+/// Why a name could not be registered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// Another live actor holds the name.
+    NameTaken(String),
+    /// The actor has stopped; a stopped actor cannot be named.
+    Stopped,
+}
+
+impl fmt::Display for RegistryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RegistryError::NameTaken(n) => write!(
+                f,
+                "the name {n:?} is already registered to a live actor; unregister it first"
+            ),
+            RegistryError::Stopped => write!(f, "cannot register a stopped actor"),
+        }
+    }
+}
+
+impl std::error::Error for RegistryError {}
+
+/// Why `ActorSystem::shutdown` did not finish cleanly.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShutdownError {
+    /// Some actors were still running at the deadline (for example a handler
+    /// blocked in a system call). Their count is given; they were killed
+    /// where possible, and the worker threads were released anyway.
+    DeadlineExceeded {
+        /// How many top-level actors had not stopped.
+        still_running: usize,
+    },
+}
+
+impl fmt::Display for ShutdownError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ShutdownError::DeadlineExceeded { still_running } => write!(
+                f,
+                "shutdown deadline passed with {still_running} actor(s) still running; \
+                 a handler is probably blocking, move it to a blocking actor"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ShutdownError {}

@@ -1,0 +1,109 @@
+//! Who may run an actor: the `SCHEDULED` bit is the consumer role.
+//!
+//! An actor is run by at most one thread at a time, and an actor with queued
+//! input is never left idle. Both follow from one rule: the thread that sets
+//! `SCHEDULED` (from clear to set) owns the actor's queues' consumer side and
+//! must run it (or hand it to a worker) until it clears the bit again.
+//!
+//! * A producer enqueues first, then calls [`RunState::notify`]. If the bit
+//!   was clear it now owns the actor and schedules it; otherwise whoever
+//!   holds the bit will see the message.
+//! * The consumer, when out of work, calls [`RunState::release`]: it clears
+//!   the bit and *then* looks at the queues again. A producer whose message
+//!   the consumer missed must have enqueued before the consumer's second
+//!   look or after the clear; in the second case its own `notify` finds the
+//!   bit clear and schedules. In the first case the second look sees the
+//!   message, and the consumer tries to take the bit back: if it wins it runs
+//!   again, if it loses another thread has taken over. All four operations
+//!   are `SeqCst`, so "enqueue, then read the bit" and "clear the bit, then
+//!   read the queue" cannot both miss each other (the store-buffer pattern).
+//!
+//! `CLOSED` marks a stopped actor: a thread that acquires the bit on a closed
+//! actor drains what was sent to dead letters itself, so a message raced
+//! against a stop is reported, never stranded. `WOKEN` records that the
+//! future of a suspended async handler was woken.
+
+use crate::sync::{AtomicU32, Ordering};
+
+pub(crate) const SCHEDULED: u32 = 1;
+pub(crate) const CLOSED: u32 = 1 << 1;
+pub(crate) const WOKEN: u32 = 1 << 2;
+/// The actor holds at least one registered name (so stopping must clean up).
+pub(crate) const NAMED: u32 = 1 << 3;
+/// Owned by a `LocalActor` and not yet attached to a supervisor.
+pub(crate) const DETACHED: u32 = 1 << 4;
+/// Stopped with `ExitReason::Normal` (remembered without an allocation).
+pub(crate) const EXITED_NORMAL: u32 = 1 << 5;
+
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Notify {
+    /// The caller now owns the actor and must run or schedule it.
+    Acquired,
+    /// The caller owns a stopped actor and must drain it.
+    AcquiredClosed,
+    /// Someone else owns it and will see the input.
+    AlreadyScheduled,
+}
+
+pub(crate) struct RunState(AtomicU32);
+
+impl RunState {
+    pub(crate) fn new(bits: u32) -> Self {
+        RunState(AtomicU32::new(bits))
+    }
+
+    /// Call after enqueueing input; `extra` bits are set together.
+    ///
+    /// Fast path: if the actor is already scheduled, a plain load is enough.
+    /// The enqueue was a `SeqCst` swap and this load is `SeqCst`; if it still
+    /// sees the bit set, the owner's clearing `fetch_and` comes later in the
+    /// single total order, so the owner's look at the queue after it sees
+    /// our message. This saves a locked read-modify-write per message under
+    /// load.
+    #[inline]
+    pub(crate) fn notify(&self, extra: u32) -> Notify {
+        if extra == 0 && self.0.load(Ordering::SeqCst) & SCHEDULED != 0 {
+            return Notify::AlreadyScheduled;
+        }
+        let prev = self.0.fetch_or(SCHEDULED | extra, Ordering::SeqCst);
+        if prev & SCHEDULED != 0 {
+            Notify::AlreadyScheduled
+        } else if prev & CLOSED != 0 {
+            Notify::AcquiredClosed
+        } else {
+            Notify::Acquired
+        }
+    }
+
+    /// Gives up the consumer role. Returns `true` if `has_input` (asked
+    /// after the release) saw work and the role was taken back: the caller
+    /// owns the actor again.
+    #[inline]
+    pub(crate) fn release(&self, has_input: impl FnOnce(u32) -> bool) -> bool {
+        let now = self.0.fetch_and(!SCHEDULED, Ordering::SeqCst) & !SCHEDULED;
+        if !has_input(now) {
+            return false;
+        }
+        self.0.fetch_or(SCHEDULED, Ordering::SeqCst) & SCHEDULED == 0
+    }
+
+    /// Clears `WOKEN`, telling whether it was set.
+    #[inline]
+    pub(crate) fn take_woken(&self) -> bool {
+        self.0.load(Ordering::Relaxed) & WOKEN != 0
+            && self.0.fetch_and(!WOKEN, Ordering::AcqRel) & WOKEN != 0
+    }
+
+    pub(crate) fn clear(&self, bits: u32) {
+        self.0.fetch_and(!bits, Ordering::SeqCst);
+    }
+
+    pub(crate) fn set(&self, bits: u32) {
+        self.0.fetch_or(bits, Ordering::SeqCst);
+    }
+
+    #[inline]
+    pub(crate) fn load(&self) -> u32 {
+        self.0.load(Ordering::SeqCst)
+    }
+}

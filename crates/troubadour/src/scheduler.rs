@@ -1,0 +1,318 @@
+//! The worker pool that runs actors.
+//!
+//! A run queue holds actors that have input, not messages: an actor with a
+//! thousand queued messages is one entry, and an idle actor costs the
+//! scheduler nothing. Each worker thread has a LIFO deque (crossbeam-deque,
+//! Chase–Lev): an actor woken by a message from a worker runs next on that
+//! worker, while its caches are warm, and a freshly spawned child runs
+//! before its parent spawns the next one, which keeps spawn trees depth-first
+//! and small. Other threads' wake-ups go to a global FIFO injector; idle
+//! workers steal.
+//!
+//! Fairness: an actor handles at most `budget` messages per turn; if it has
+//! more it goes to the back of the global queue, never the top of the local
+//! LIFO (which would run it again at once), and every 61st pick looks at the
+//! global queue first. A self-flooding actor therefore yields to everything
+//! queued before it.
+//!
+//! Sleeping: a worker with nothing to do searches for a short while (spins,
+//! then yields) and then parks. A waker only pays for an `unpark` (a system
+//! call) when no worker is searching and one is parked. The sleep protocol:
+//! the worker registers as sleeping, issues a `SeqCst` fence and re-checks
+//! every queue before parking; a producer pushes, fences and then reads the
+//! sleeper count. One of the two sees the other (store-buffer pattern), so
+//! work is never left with every worker asleep.
+
+use crate::cell::{Runnable, Turn};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::sync::{Parker, Unparker};
+use std::cell::Cell;
+use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+pub(crate) type Task = Arc<dyn Runnable>;
+
+const GLOBAL_QUEUE_INTERVAL: u32 = 61;
+const SPIN_ROUNDS: u32 = 64;
+const YIELD_ROUNDS: u32 = 16;
+
+struct Shared {
+    injector: Injector<Task>,
+    stealers: Vec<Stealer<Task>>,
+    unparkers: Vec<Unparker>,
+    sleepers: Mutex<Vec<usize>>,
+    num_sleeping: AtomicUsize,
+    num_searching: AtomicUsize,
+    shutdown: AtomicBool,
+    budget: u32,
+}
+
+struct WorkerLocal {
+    shared: *const Shared,
+    deque: Worker<Task>,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const WorkerLocal> = const { Cell::new(std::ptr::null()) };
+}
+
+pub(crate) struct Scheduler {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    tokio: tokio::runtime::Handle,
+}
+
+impl Scheduler {
+    pub(crate) fn new(threads: usize, budget: u32, tokio: tokio::runtime::Handle) -> Self {
+        let threads = threads.max(1);
+        let deques: Vec<Worker<Task>> = (0..threads).map(|_| Worker::new_lifo()).collect();
+        let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
+        let shared = Arc::new(Shared {
+            injector: Injector::new(),
+            stealers: deques.iter().map(|d| d.stealer()).collect(),
+            unparkers: parkers.iter().map(|p| p.unparker().clone()).collect(),
+            sleepers: Mutex::new(Vec::with_capacity(threads)),
+            num_sleeping: AtomicUsize::new(0),
+            num_searching: AtomicUsize::new(0),
+            shutdown: AtomicBool::new(false),
+            budget: budget.max(1),
+        });
+        let handles = deques
+            .into_iter()
+            .zip(parkers)
+            .enumerate()
+            .map(|(index, (deque, parker))| {
+                let shared = shared.clone();
+                let tokio = tokio.clone();
+                std::thread::Builder::new()
+                    .name(format!("troubadour-worker-{index}"))
+                    .spawn(move || {
+                        let _runtime = tokio.enter();
+                        run_worker(shared, index, deque, parker)
+                    })
+                    .expect("failed to spawn a troubadour worker thread")
+            })
+            .collect();
+        Scheduler {
+            shared,
+            threads: Mutex::new(handles),
+            tokio,
+        }
+    }
+
+    /// Queues an actor whose consumer role the caller holds.
+    #[inline]
+    pub(crate) fn schedule(&self, task: Task) {
+        self.shared.schedule(task);
+    }
+
+    /// True on one of this scheduler's worker threads.
+    pub(crate) fn is_worker_thread(&self) -> bool {
+        let shared = Arc::as_ptr(&self.shared);
+        CURRENT.with(|c| {
+            let local = c.get();
+            // SAFETY: a non-null pointer is the current worker's own local.
+            !local.is_null() && unsafe { (*local).shared } == shared
+        })
+    }
+
+    /// Runs an actor on a thread of its own ([`SpawnOptions::blocking`]).
+    ///
+    /// [`SpawnOptions::blocking`]: crate::SpawnOptions::blocking
+    pub(crate) fn spawn_dedicated(
+        &self,
+        task: Arc<dyn Runnable>,
+        parker: Parker,
+    ) -> std::io::Result<()> {
+        let tokio = self.tokio.clone();
+        std::thread::Builder::new()
+            .name("troubadour-blocking".into())
+            .spawn(move || {
+                let _runtime = tokio.enter();
+                // Each unpark hands the consumer role to this thread (see
+                // `run_state.rs`); the thread was created owning it.
+                loop {
+                    while let Turn::Again = task.clone().run_turn(u32::MAX) {}
+                    if task.is_finished() {
+                        return;
+                    }
+                    parker.park();
+                }
+            })
+            .map(|_| ())
+    }
+
+    /// Stops the workers after the queues are no longer needed.
+    pub(crate) fn shutdown(&self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for u in &self.shared.unparkers {
+            u.unpark();
+        }
+        if self.is_worker_thread() {
+            // Joining ourselves would deadlock; the workers exit on their own.
+            return;
+        }
+        let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in handles {
+            let _ = h.join();
+        }
+        // Whatever is still queued will never run; release it so actors'
+        // memory (and the dead letters of their mailboxes) is reclaimed.
+        while steal_one(&self.shared.injector).is_some() {}
+    }
+}
+
+impl Shared {
+    fn schedule(&self, task: Task) {
+        let mut task = Some(task);
+        CURRENT.with(|c| {
+            let local = c.get();
+            // SAFETY: a non-null pointer is the current worker's own local,
+            // alive for the whole worker loop.
+            if !local.is_null() && unsafe { (*local).shared } == self as *const Shared {
+                if let Some(t) = task.take() {
+                    unsafe { (*local).deque.push(t) };
+                }
+            }
+        });
+        if let Some(t) = task {
+            self.injector.push(t);
+        }
+        self.wake_one();
+    }
+
+    #[inline]
+    fn wake_one(&self) {
+        fence(Ordering::SeqCst);
+        if self.num_searching.load(Ordering::SeqCst) != 0
+            || self.num_sleeping.load(Ordering::SeqCst) == 0
+        {
+            return;
+        }
+        let index = {
+            let mut sleepers = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+            let index = sleepers.pop();
+            if index.is_some() {
+                self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+            }
+            index
+        };
+        if let Some(i) = index {
+            self.unparkers[i].unpark();
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+    }
+
+    fn find_task(&self, me: usize, deque: &Worker<Task>, tick: &mut u32) -> Option<Task> {
+        *tick = tick.wrapping_add(1);
+        if *tick % GLOBAL_QUEUE_INTERVAL == 0 {
+            if let Some(t) = steal_one(&self.injector) {
+                return Some(t);
+            }
+        }
+        if let Some(t) = deque.pop() {
+            return Some(t);
+        }
+        if let Some(t) = steal_one(&self.injector) {
+            return Some(t);
+        }
+        let n = self.stealers.len();
+        for k in 1..n {
+            let victim = &self.stealers[(me + k) % n];
+            loop {
+                match victim.steal_batch_and_pop(deque) {
+                    Steal::Success(t) => return Some(t),
+                    Steal::Retry => continue,
+                    Steal::Empty => break,
+                }
+            }
+        }
+        None
+    }
+}
+
+fn steal_one(injector: &Injector<Task>) -> Option<Task> {
+    loop {
+        match injector.steal() {
+            Steal::Success(t) => return Some(t),
+            Steal::Retry => continue,
+            Steal::Empty => return None,
+        }
+    }
+}
+
+fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parker) {
+    let local = WorkerLocal {
+        shared: Arc::as_ptr(&shared),
+        deque,
+    };
+    CURRENT.with(|c| c.set(&local as *const WorkerLocal));
+    let deque = &local.deque;
+    let mut tick = 0u32;
+    'outer: loop {
+        if let Some(task) = shared.find_task(me, deque, &mut tick) {
+            run_task(&shared, deque, task);
+            continue;
+        }
+        // Search a little before sleeping: wake-ups that come soon (the
+        // common case under load) then cost no system call.
+        shared.num_searching.fetch_add(1, Ordering::SeqCst);
+        for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
+            if let Some(task) = shared.find_task(me, deque, &mut tick) {
+                shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+                run_task(&shared, deque, task);
+                continue 'outer;
+            }
+            if shared.shutdown.load(Ordering::Relaxed) {
+                break;
+            }
+            if round < SPIN_ROUNDS {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+        {
+            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+            sleepers.push(me);
+            shared.num_sleeping.fetch_add(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+        if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
+            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(pos) = sleepers.iter().position(|&i| i == me) {
+                sleepers.swap_remove(pos);
+                shared.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+            }
+            // Otherwise a waker already took us off the list and its unpark
+            // token makes the next park return at once: harmless.
+            continue;
+        }
+        parker.park();
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    CURRENT.with(|c| c.set(std::ptr::null()));
+}
+
+#[inline]
+fn run_task(shared: &Shared, deque: &Worker<Task>, task: Task) {
+    if let Turn::Again = task.clone().run_turn(shared.budget) {
+        // Out of budget with more to do: to the back of the global queue.
+        shared.injector.push(task);
+        if !deque.is_empty() {
+            shared.wake_one();
+        }
+    }
+}

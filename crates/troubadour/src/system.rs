@@ -1,0 +1,532 @@
+//! The actor system: configuration, the handle actors and users share, the
+//! guardian that supervises top-level actors, and orderly shutdown.
+
+use crate::actor::{Actor, Message};
+use crate::actor_ref::{ActorRef, Recipient};
+use crate::dead_letters::{DeadLetter, DeadLetters};
+use crate::error::{RegistryError, ShutdownError, SpawnError};
+use crate::exit::{ActorId, ExitReason};
+use crate::registry::Registry;
+use crate::scheduler::Scheduler;
+use crate::signal::{ControlHandle, Signal};
+use crate::spawn::{spawn_actor, Mailbox, Source, SpawnOptions};
+use crate::supervision::{RestartLog, SupervisorStrategy};
+use crate::timer::Timers;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) struct Config {
+    pub(crate) default_mailbox: Mailbox,
+    pub(crate) ask_timeout: Duration,
+}
+
+/// State shared by everything in one system.
+pub(crate) struct SystemCore {
+    pub(crate) scheduler: Scheduler,
+    pub(crate) dead_letters: DeadLetters,
+    pub(crate) registry: Registry,
+    pub(crate) timers: Timers,
+    pub(crate) guardian: Guardian,
+    pub(crate) config: Config,
+    pub(crate) tokio: tokio::runtime::Handle,
+    own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    next_id: AtomicU64,
+    shutting_down: AtomicBool,
+}
+
+impl SystemCore {
+    pub(crate) fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+}
+
+/// Supervises top-level actors (those spawned from the system rather than
+/// from an actor) one-for-one with the default intensity, and tracks them
+/// so shutdown can stop them all.
+///
+/// The guardian holds a strong reference to every top-level actor: an actor
+/// lives until it stops, whether or not anyone holds a reference to it (as
+/// in Erlang and Akka). The references sit in a plain list, compacted once
+/// as many actors have exited as remain, so exits cost amortized O(1) and a
+/// live actor costs 16 bytes here instead of a map entry: idle actors are
+/// counted in millions.
+pub(crate) struct Guardian {
+    state: Mutex<GuardianState>,
+    live: AtomicUsize,
+    all_stopped: Condvar,
+    strategy: SupervisorStrategy,
+}
+
+struct GuardianState {
+    children: Vec<Arc<dyn ControlHandle>>,
+    exited_since_compaction: usize,
+    restarts: HashMap<ActorId, RestartLog>,
+    accepting: bool,
+}
+
+impl Guardian {
+    fn new() -> Self {
+        Guardian {
+            state: Mutex::new(GuardianState {
+                children: Vec::new(),
+                exited_since_compaction: 0,
+                restarts: HashMap::new(),
+                accepting: true,
+            }),
+            live: AtomicUsize::new(0),
+            all_stopped: Condvar::new(),
+            strategy: SupervisorStrategy::default(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GuardianState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn add(&self, child: Arc<dyn ControlHandle>) -> Result<(), SpawnError> {
+        let mut state = self.lock();
+        if !state.accepting {
+            return Err(SpawnError::SystemShutdown);
+        }
+        state.children.push(child);
+        self.live.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn find(state: &GuardianState, id: ActorId) -> Option<Arc<dyn ControlHandle>> {
+        state
+            .children
+            .iter()
+            .rev()
+            .find(|c| c.id() == id)
+            .cloned()
+    }
+
+    /// A top-level actor's signal to its parent.
+    pub(crate) fn on_signal(&self, from: ActorId, signal: Signal) {
+        match signal {
+            Signal::ChildFailed { id, reason } => {
+                let (child, verdict) = {
+                    let mut state = self.lock();
+                    let child = Self::find(&state, id);
+                    let allowed = state.accepting
+                        && state.restarts.entry(id).or_default().allow(&self.strategy);
+                    (child, allowed)
+                };
+                let Some(child) = child else { return };
+                #[cfg(feature = "tracing")]
+                tracing::warn!(actor = %id, %reason, restart = verdict, "top-level actor failed");
+                child.signal(if verdict {
+                    Signal::Restart(reason)
+                } else {
+                    Signal::Stop(ExitReason::RestartLimit(Arc::new(reason)))
+                });
+            }
+            Signal::ChildExited { .. } => {
+                {
+                    let mut state = self.lock();
+                    state.restarts.remove(&from);
+                    state.exited_since_compaction += 1;
+                    if state.exited_since_compaction * 2 > state.children.len() {
+                        state.children.retain(|c| !c.is_stopped());
+                        state.exited_since_compaction = 0;
+                    }
+                }
+                if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    let _state = self.lock();
+                    self.all_stopped.notify_all();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Stops accepting top-level actors and asks the live ones to stop.
+    fn stop_all(&self) {
+        let children: Vec<_> = {
+            let mut state = self.lock();
+            state.accepting = false;
+            state.children.clone()
+        };
+        // Newest first, as Erlang supervisors stop children in reverse start
+        // order.
+        for c in children.iter().rev() {
+            c.signal(Signal::Stop(ExitReason::Shutdown));
+        }
+    }
+
+    /// Drops the references to stopped actors (breaks the cycle cell →
+    /// system → guardian → cell once the system is down).
+    fn clear(&self) {
+        let children = std::mem::take(&mut self.lock().children);
+        drop(children);
+    }
+
+    fn kill_all(&self) {
+        let children: Vec<_> = self.lock().children.clone();
+        for c in children {
+            c.signal(Signal::Kill);
+        }
+    }
+
+    /// Waits until every top-level actor has stopped or the deadline passes;
+    /// returns how many are left.
+    fn wait_all_stopped(&self, deadline: Instant) -> usize {
+        let mut state = self.lock();
+        loop {
+            let live = self.live.load(Ordering::SeqCst);
+            if live == 0 {
+                return 0;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return live;
+            }
+            state = self
+                .all_stopped
+                .wait_timeout(state, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A cheap, cloneable handle to a running system: what actors get from
+/// [`Context::system`](crate::Context::system). Spawning, names, groups,
+/// dead letters.
+#[derive(Clone)]
+pub struct SystemHandle {
+    core: Arc<SystemCore>,
+}
+
+impl SystemHandle {
+    pub(crate) fn from_core(core: Arc<SystemCore>) -> Self {
+        SystemHandle { core }
+    }
+
+    pub(crate) fn core(&self) -> &Arc<SystemCore> {
+        &self.core
+    }
+
+    fn spawn_top<A: Actor>(
+        &self,
+        options: SpawnOptions,
+        source: Source<A>,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        let guardian = &self.core.guardian;
+        spawn_actor(&self.core, None, options, source, |c| guardian.add(c))
+    }
+
+    /// Spawns a top-level actor from a value. It is not restarted if it
+    /// fails; see [`spawn_with`](Self::spawn_with).
+    pub fn spawn<A: Actor>(&self, actor: A) -> Result<ActorRef<A>, SpawnError> {
+        self.spawn_top(SpawnOptions::new(), Source::Value(actor))
+    }
+
+    /// Spawns a restartable top-level actor built by `factory` (now and on
+    /// every restart).
+    pub fn spawn_with<A: Actor>(
+        &self,
+        factory: impl FnMut() -> A + Send + 'static,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        self.spawn_top(SpawnOptions::new(), Source::Factory(Box::new(factory)))
+    }
+
+    /// Spawns a top-level actor from a value, with options.
+    pub fn spawn_with_options<A: Actor>(
+        &self,
+        options: SpawnOptions,
+        actor: A,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        self.spawn_top(options, Source::Value(actor))
+    }
+
+    /// Spawns a restartable top-level actor, with options.
+    pub fn spawn_factory_with_options<A: Actor>(
+        &self,
+        options: SpawnOptions,
+        factory: impl FnMut() -> A + Send + 'static,
+    ) -> Result<ActorRef<A>, SpawnError> {
+        self.spawn_top(options, Source::Factory(Box::new(factory)))
+    }
+
+    /// Registers `actor` under `name`. Fails with
+    /// [`RegistryError::NameTaken`] while another live actor holds it. The
+    /// name is released when the actor stops.
+    pub fn register<A: Actor>(&self, name: &str, actor: &ActorRef<A>) -> Result<(), RegistryError> {
+        self.core.registry.register(name.to_owned(), actor)
+    }
+
+    /// Releases a name; `false` if nobody held it.
+    pub fn unregister(&self, name: &str) -> bool {
+        self.core.registry.unregister(name)
+    }
+
+    /// The live actor registered under `name`, if it is an `A`.
+    pub fn whereis<A: Actor>(&self, name: &str) -> Option<ActorRef<A>> {
+        self.core.registry.whereis(name)
+    }
+
+    /// The id of the live actor registered under `name`, whatever its type.
+    pub fn whereis_id(&self, name: &str) -> Option<ActorId> {
+        self.core.registry.whereis_id(name)
+    }
+
+    /// Adds a member to a group of `M` recipients (joining twice is one
+    /// membership). Members leave automatically when they stop.
+    pub fn join_group<M: Message>(&self, group: &str, member: Recipient<M>) {
+        self.core.registry.join(group, member)
+    }
+
+    /// Removes a member; `false` if it was not in the group.
+    pub fn leave_group<M: Message>(&self, group: &str, member: ActorId) -> bool {
+        self.core.registry.leave::<M>(group, member)
+    }
+
+    /// The live members of a group.
+    pub fn group_members<M: Message>(&self, group: &str) -> Vec<Recipient<M>> {
+        self.core.registry.members(group)
+    }
+
+    /// Tells every live member of `group` a clone of `msg`; returns how many
+    /// accepted it.
+    pub fn broadcast<M: Message + Clone>(&self, group: &str, msg: M) -> usize {
+        self.core
+            .registry
+            .members::<M>(group)
+            .iter()
+            .filter(|m| m.tell(msg.clone()).is_ok())
+            .count()
+    }
+
+    /// How many messages went to dead letters so far.
+    pub fn dead_letter_count(&self) -> u64 {
+        self.core.dead_letters.count()
+    }
+
+    /// Sends a [`DeadLetter`] to `subscriber` for every undelivered message
+    /// from now on.
+    pub fn subscribe_dead_letters(&self, subscriber: Recipient<DeadLetter>) {
+        self.core.dead_letters.subscribe(subscriber)
+    }
+
+    /// The tokio runtime handlers run in (for `tokio::spawn` from outside).
+    pub fn tokio_handle(&self) -> &tokio::runtime::Handle {
+        &self.core.tokio
+    }
+
+    /// Runs a future to completion from synchronous code (a plain `fn main`),
+    /// inside the system's tokio runtime. Do not call it from a handler.
+    pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
+        let _guard = self.core.tokio.enter();
+        crate::blocking::block_on(fut)
+    }
+}
+
+/// Builds an [`ActorSystem`] with non-default settings.
+///
+/// ```
+/// use troubadour::{ActorSystem, Mailbox};
+/// use std::time::Duration;
+/// let system = ActorSystem::builder()
+///     .worker_threads(2)
+///     .budget(64)
+///     .default_mailbox(Mailbox::Unbounded)
+///     .ask_timeout(Duration::from_secs(2))
+///     .build();
+/// ```
+pub struct ActorSystemBuilder {
+    worker_threads: usize,
+    budget: u32,
+    default_mailbox: Mailbox,
+    ask_timeout: Duration,
+    tokio: Option<tokio::runtime::Handle>,
+}
+
+impl Default for ActorSystemBuilder {
+    fn default() -> Self {
+        ActorSystemBuilder {
+            worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            budget: 64,
+            default_mailbox: Mailbox::Unbounded,
+            ask_timeout: Duration::from_secs(5),
+            tokio: None,
+        }
+    }
+}
+
+impl ActorSystemBuilder {
+    /// Worker threads running actors (default: one per core).
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.worker_threads = n.max(1);
+        self
+    }
+
+    /// Messages an actor handles per turn before others get the thread
+    /// (default 64). Lower is fairer, higher is faster for floods.
+    pub fn budget(mut self, messages: u32) -> Self {
+        self.budget = messages.max(1);
+        self
+    }
+
+    /// Mailbox for actors whose spawn options do not pick one.
+    pub fn default_mailbox(mut self, mailbox: Mailbox) -> Self {
+        self.default_mailbox = mailbox;
+        self
+    }
+
+    /// Timeout of an `ask` not given one with `.timeout(..)` (default 5 s).
+    pub fn ask_timeout(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = timeout;
+        self
+    }
+
+    /// Uses this tokio runtime for handlers' I/O and timers. By default the
+    /// current multi-threaded runtime is used when there is one (inside
+    /// `#[tokio::main]`), else the system starts a small one of its own.
+    pub fn tokio_handle(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.tokio = Some(handle);
+        self
+    }
+
+    /// Starts the system.
+    pub fn build(self) -> ActorSystem {
+        let current = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let (tokio, own) = match self.tokio.or(current) {
+            Some(h) => (h, None),
+            None => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("troubadour-io")
+                    .enable_all()
+                    .build()
+                    .expect("failed to start the tokio runtime for actor I/O and timers");
+                (rt.handle().clone(), Some(rt))
+            }
+        };
+        let core = Arc::new(SystemCore {
+            scheduler: Scheduler::new(self.worker_threads, self.budget, tokio.clone()),
+            dead_letters: DeadLetters::default(),
+            registry: Registry::default(),
+            timers: Timers::default(),
+            guardian: Guardian::new(),
+            config: Config {
+                default_mailbox: self.default_mailbox,
+                ask_timeout: self.ask_timeout,
+            },
+            tokio,
+            own_runtime: Mutex::new(own),
+            next_id: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+        });
+        ActorSystem {
+            handle: SystemHandle { core },
+            default_deadline: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The owner of a running actor system. Dropping it shuts the system down
+/// (with a 5 s deadline); call [`shutdown`](Self::shutdown) to choose the
+/// deadline and see the outcome. Everything else is on [`SystemHandle`],
+/// which this dereferences to.
+///
+/// ```
+/// use troubadour::prelude::*;
+/// let system = ActorSystem::new();
+/// # struct A; impl Actor for A {}
+/// let a = system.spawn(A)?;
+/// system.shutdown(std::time::Duration::from_secs(1))?;
+/// assert!(!a.is_alive());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct ActorSystem {
+    handle: SystemHandle,
+    default_deadline: Duration,
+}
+
+impl Default for ActorSystem {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::ops::Deref for ActorSystem {
+    type Target = SystemHandle;
+    fn deref(&self) -> &SystemHandle {
+        &self.handle
+    }
+}
+
+impl ActorSystem {
+    /// A system with one worker thread per core, unbounded mailboxes and a
+    /// 5 s default ask timeout.
+    pub fn new() -> Self {
+        ActorSystemBuilder::default().build()
+    }
+
+    /// Configures a system.
+    pub fn builder() -> ActorSystemBuilder {
+        ActorSystemBuilder::default()
+    }
+
+    /// A handle for other threads or tasks.
+    pub fn handle(&self) -> SystemHandle {
+        self.handle.clone()
+    }
+
+    /// Stops every actor, children before parents, waiting up to `deadline`.
+    /// Pending `ask`s end with [`AskError::NoReply`](crate::AskError::NoReply)
+    /// and later spawns fail with [`SpawnError::SystemShutdown`]. Actors
+    /// still running at the deadline are killed and reported. Calling it
+    /// again is harmless.
+    pub fn shutdown(&self, deadline: Duration) -> Result<(), ShutdownError> {
+        let core = &self.handle.core;
+        if core.shutting_down.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let on_worker = core.scheduler.is_worker_thread();
+        core.guardian.stop_all();
+        let until = Instant::now() + deadline;
+        let mut left = if on_worker {
+            0
+        } else {
+            core.guardian.wait_all_stopped(until)
+        };
+        if left > 0 {
+            core.guardian.kill_all();
+            left = core
+                .guardian
+                .wait_all_stopped(Instant::now() + Duration::from_millis(100));
+        }
+        core.timers.shutdown();
+        core.scheduler.shutdown();
+        core.guardian.clear();
+        core.registry.clear();
+        if let Some(rt) = core.own_runtime.lock().ok().and_then(|mut r| r.take()) {
+            rt.shutdown_background();
+        }
+        if left > 0 {
+            Err(ShutdownError::DeadlineExceeded {
+                still_running: left,
+            })
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl Drop for ActorSystem {
+    fn drop(&mut self) {
+        let _ = self.shutdown(self.default_deadline);
+    }
+}

@@ -1,0 +1,251 @@
+//! Timers: one thread per system with a min-heap of deadlines.
+//!
+//! A timer is one heap entry (deadline, a boxed action holding a weak
+//! reference to its actor and the message) and one small shared flag for
+//! cancelling: a million actors with a timer each cost a few hundred bytes
+//! apiece and one thread, not a million tasks. Cancelled entries are dropped
+//! lazily when they come due. The thread starts with the first timer.
+//!
+//! The clock is `std::time::Instant`; the test kit's virtual time will
+//! replace this module's clock source, not its callers (ARCHITECTURE.md).
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::BinaryHeap;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+const ACTIVE: u8 = 0;
+const CANCELLED: u8 = 1;
+const DONE: u8 = 2;
+
+/// A handle to a timer set with [`Context::send_after`] or
+/// [`Context::send_interval`]. Dropping it does not cancel the timer.
+///
+/// [`Context::send_after`]: crate::Context::send_after
+/// [`Context::send_interval`]: crate::Context::send_interval
+#[derive(Clone, Debug)]
+pub struct TimerRef {
+    state: Arc<AtomicU8>,
+}
+
+impl TimerRef {
+    /// Cancels the timer. A message already sent is not recalled.
+    pub fn cancel(&self) {
+        let _ = self
+            .state
+            .compare_exchange(ACTIVE, CANCELLED, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    /// True once cancelled or once a one-shot timer has fired.
+    pub fn is_done(&self) -> bool {
+        self.state.load(Ordering::Acquire) != ACTIVE
+    }
+}
+
+type Action = Box<dyn FnMut() -> bool + Send>;
+
+struct Entry {
+    at: Instant,
+    seq: u64,
+    period: Option<Duration>,
+    state: Arc<AtomicU8>,
+    action: Action,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Self) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+impl Eq for Entry {}
+impl PartialOrd for Entry {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Entry {
+    // Reversed: BinaryHeap is a max-heap and we want the earliest first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+#[derive(Default)]
+struct Wheel {
+    heap: BinaryHeap<Entry>,
+    seq: u64,
+    shutdown: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    wheel: Mutex<Wheel>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct Timers {
+    shared: Arc<Shared>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Timers {
+    /// Runs `action` after `delay`, then every `period` while it returns
+    /// `true`.
+    pub(crate) fn schedule(&self, delay: Duration, period: Option<Duration>, action: Action) -> TimerRef {
+        let state = Arc::new(AtomicU8::new(ACTIVE));
+        let at = Instant::now() + delay;
+        let earliest = {
+            let mut wheel = self.shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
+            wheel.seq += 1;
+            let seq = wheel.seq;
+            let earliest = wheel.heap.peek().is_none_or(|e| at < e.at);
+            wheel.heap.push(Entry {
+                at,
+                seq,
+                period,
+                state: state.clone(),
+                action,
+            });
+            earliest
+        };
+        self.ensure_thread();
+        if earliest {
+            self.shared.changed.notify_one();
+        }
+        TimerRef { state }
+    }
+
+    fn ensure_thread(&self) {
+        let mut thread = self.thread.lock().unwrap_or_else(|p| p.into_inner());
+        if thread.is_none() {
+            let shared = self.shared.clone();
+            *thread = std::thread::Builder::new()
+                .name("troubadour-timers".into())
+                .spawn(move || run(shared))
+                .ok();
+        }
+    }
+
+    /// Number of timers not yet fired or collected.
+    #[cfg(test)]
+    pub(crate) fn pending(&self) -> usize {
+        self.shared.wheel.lock().map(|w| w.heap.len()).unwrap_or(0)
+    }
+
+    pub(crate) fn shutdown(&self) {
+        if let Ok(mut w) = self.shared.wheel.lock() {
+            w.shutdown = true;
+            w.heap.clear();
+        }
+        self.shared.changed.notify_all();
+        if let Some(h) = self.thread.lock().ok().and_then(|mut t| t.take()) {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn run(shared: Arc<Shared>) {
+    let mut wheel = shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        if wheel.shutdown {
+            return;
+        }
+        let now = Instant::now();
+        match wheel.heap.peek() {
+            None => {
+                wheel = shared.changed.wait(wheel).unwrap_or_else(|p| p.into_inner());
+            }
+            Some(e) if e.at > now => {
+                let wait = e.at - now;
+                wheel = shared
+                    .changed
+                    .wait_timeout(wheel, wait)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            Some(_) => {
+                let Some(mut entry) = wheel.heap.pop() else { continue };
+                if entry.state.load(Ordering::Acquire) != ACTIVE {
+                    continue;
+                }
+                // Fire outside the lock: the action sends a message, which may
+                // set another timer.
+                drop(wheel);
+                let again = (entry.action)() && entry.period.is_some();
+                wheel = shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
+                match entry.period {
+                    Some(p) if again && entry.state.load(Ordering::Acquire) == ACTIVE => {
+                        // Fixed rate; if we fell far behind, do not burst.
+                        let next = entry.at + p;
+                        entry.at = if next < now { now + p } else { next };
+                        wheel.seq += 1;
+                        entry.seq = wheel.seq;
+                        wheel.heap.push(entry);
+                    }
+                    _ => entry.state.store(DONE, Ordering::Release),
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn fires_in_deadline_order_and_cancels() {
+        let timers = Timers::default();
+        let (tx, rx) = mpsc::channel();
+        let make = |v: u32| {
+            let tx = tx.clone();
+            Box::new(move || {
+                let _ = tx.send(v);
+                false
+            }) as Action
+        };
+        timers.schedule(Duration::from_millis(30), None, make(3));
+        timers.schedule(Duration::from_millis(10), None, make(1));
+        let cancelled = timers.schedule(Duration::from_millis(20), None, make(2));
+        cancelled.cancel();
+        assert_eq!(rx.recv().unwrap(), 1);
+        assert_eq!(rx.recv().unwrap(), 3);
+        assert!(cancelled.is_done());
+        assert_eq!(timers.pending(), 0);
+        timers.shutdown();
+    }
+
+    #[test]
+    fn interval_repeats_until_cancelled() {
+        let timers = Timers::default();
+        let (tx, rx) = mpsc::channel();
+        let t = timers.schedule(
+            Duration::from_millis(1),
+            Some(Duration::from_millis(1)),
+            Box::new(move || tx.send(()).is_ok()),
+        );
+        for _ in 0..5 {
+            rx.recv().unwrap();
+        }
+        t.cancel();
+        // A later one-shot timer fires after any tick that was already due,
+        // so once it has fired the cancelled interval has had its chance.
+        let (mtx, mrx) = mpsc::channel();
+        timers.schedule(
+            Duration::from_millis(5),
+            None,
+            Box::new(move || mtx.send(()).is_ok() && false),
+        );
+        mrx.recv().unwrap();
+        // At most one tick can have been in flight when `cancel` ran.
+        assert!(rx.try_iter().count() <= 1);
+        assert!(t.is_done());
+        timers.shutdown();
+    }
+}

@@ -1,0 +1,53 @@
+//! Helpers shared by the integration tests.
+#![allow(dead_code)]
+
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::time::Duration;
+
+/// How long a test waits for something that must happen before declaring a
+/// hang. Not a speed assertion: a healthy run takes milliseconds.
+pub const LIVENESS: Duration = Duration::from_secs(20);
+
+/// A log that actors write to from any thread and the test reads in order.
+pub fn log() -> (Sender<String>, Log) {
+    let (tx, rx) = channel();
+    (tx, Log(rx))
+}
+
+pub struct Log(pub Receiver<String>);
+
+impl Log {
+    /// The next entry; panics if none arrives (the system hung).
+    pub fn next(&self) -> String {
+        self.0
+            .recv_timeout(LIVENESS)
+            .expect("expected a log entry; the actor system appears hung")
+    }
+
+    /// Skips entries until one equals `want`; returns the skipped ones.
+    pub fn until(&self, want: &str) -> Vec<String> {
+        let mut skipped = vec![];
+        loop {
+            let e = self.next();
+            if e == want {
+                return skipped;
+            }
+            skipped.push(e);
+        }
+    }
+
+    /// Entries already logged, without waiting.
+    pub fn drain(&self) -> Vec<String> {
+        self.0.try_iter().collect()
+    }
+}
+
+/// Runs a future to completion on a fresh multi-threaded tokio runtime.
+pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
