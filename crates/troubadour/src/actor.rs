@@ -121,9 +121,5 @@ pub trait Handler<M: Message>: Actor {
 /// ```
 pub trait AsyncHandler<M: Message>: Actor {
     /// Handles `msg`; the output is the reply to an `ask`.
-    fn handle(
-        &mut self,
-        msg: M,
-        ctx: &mut Context<Self>,
-    ) -> impl Future<Output = M::Reply> + Send;
+    fn handle(&mut self, msg: M, ctx: &mut Context<Self>) -> impl Future<Output = M::Reply> + Send;
 }

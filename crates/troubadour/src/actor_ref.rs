@@ -38,7 +38,12 @@ impl<A: Actor> Clone for ActorRef<A> {
 
 impl<A: Actor> fmt::Debug for ActorRef<A> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "ActorRef<{}>{}", std::any::type_name::<A>(), self.cell.id)
+        write!(
+            f,
+            "ActorRef<{}>{}",
+            std::any::type_name::<A>(),
+            self.cell.id
+        )
     }
 }
 

@@ -289,21 +289,29 @@ impl<A: Actor> ActorCell<A> {
     }
 
     #[inline]
+    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras_opt(&self) -> Option<&mut Extras<A>> {
         (*self.extras.get()).as_deref_mut()
     }
 
+    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
         (*self.extras.get()).get_or_insert_with(Default::default)
     }
 
     #[inline]
+    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn actor_mut(&self) -> &mut A {
         debug_assert!(*self.has_actor.get());
         (*self.actor.get()).assume_init_mut()
     }
 
     #[inline]
+    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn ctx_mut(&self) -> &mut Context<A> {
         &mut *self.ctx.get()
     }
@@ -367,12 +375,10 @@ impl<A: Actor> ActorCell<A> {
                 }
             }
         }
-        if let Some(extras) = self.extras_opt() {
-            if extras.suspended.is_some() {
-                if !woken || !self.resume_suspended() {
-                    return false;
-                }
-            }
+        if self.extras_opt().is_some_and(|e| e.suspended.is_some())
+            && (!woken || !self.resume_suspended())
+        {
+            return false;
         }
         for _ in 0..budget {
             if !self.signals.looks_empty() {
@@ -681,7 +687,9 @@ impl<A: Actor> ActorCell<A> {
             t.cancel();
         }
         while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
-            self.system.dead_letters.record(self.id, Envelope::discard(env));
+            self.system
+                .dead_letters
+                .record(self.id, Envelope::discard(env));
         }
         if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
             // Wakes senders waiting for room: they get `Stopped`.
@@ -722,7 +730,9 @@ impl<A: Actor> ActorCell<A> {
                         sem.add_permits(1);
                     }
                     let env = Envelope::<A>::from_link(link);
-                    self.system.dead_letters.record(self.id, Envelope::discard(env));
+                    self.system
+                        .dead_letters
+                        .record(self.id, Envelope::discard(env));
                 }
                 Pop::Empty => return,
                 Pop::Inconsistent => std::thread::yield_now(),
@@ -776,7 +786,11 @@ impl<A: Actor> ActorCell<A> {
     unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
         self.drop_actor();
         *self.request.get() = Request::None;
-        let factory = self.extras().factory.as_mut().expect("restart without factory");
+        let factory = self
+            .extras()
+            .factory
+            .as_mut()
+            .expect("restart without factory");
         let fresh = factory();
         (*self.actor.get()).write(fresh);
         *self.has_actor.get() = true;
@@ -906,14 +920,9 @@ impl<A: Actor> Drop for ActorCell<A> {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();
             }
-            loop {
-                match self.mailbox.pop() {
-                    Pop::Data(link) => {
-                        let name = Envelope::<A>::discard(Envelope::from_link(link));
-                        self.system.dead_letters.record(self.id, name);
-                    }
-                    _ => break,
-                }
+            while let Pop::Data(link) = self.mailbox.pop() {
+                let name = Envelope::<A>::discard(Envelope::from_link(link));
+                self.system.dead_letters.record(self.id, name);
             }
             let mut node = self.signals.take_all();
             while !node.is_null() {

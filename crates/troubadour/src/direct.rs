@@ -135,7 +135,10 @@ impl<A: Actor> LocalActor<A> {
     /// Hands the actor to the system's workers: from now on it is a normal
     /// top-level actor and queued messages are handled there.
     pub fn spawn(mut self) -> ActorRef<A> {
-        let cell = self.cell.take().expect("LocalActor owns its cell until spawned or dropped");
+        let cell = self
+            .cell
+            .take()
+            .expect("LocalActor owns its cell until spawned or dropped");
         let actor_ref = ActorRef::from_cell(cell.clone());
         cell.set_detached(false);
         if cell.is_closed() || self.system.core().guardian.add(cell.clone()).is_err() {

@@ -112,7 +112,11 @@ impl<A: crate::Actor> Envelope<A> {
     /// # Safety
     /// `p` must be a live node built by [`envelope`] for this actor type.
     #[inline]
-    pub(crate) unsafe fn handle(p: *mut Envelope<A>, actor: &mut A, ctx: &mut Context<A>) -> Handled {
+    pub(crate) unsafe fn handle(
+        p: *mut Envelope<A>,
+        actor: &mut A,
+        ctx: &mut Context<A>,
+    ) -> Handled {
         ((*p).vtable.handle)(p, actor, ctx)
     }
 
@@ -184,7 +188,9 @@ unsafe fn handle_sync<A: Handler<M>, M: Message>(
 ) -> Handled {
     let Typed { msg, mut reply, .. } = *Box::from_raw(p as *mut Typed<A, M>);
     #[cfg(feature = "tracing")]
-    let _span = tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
+    let _span =
+        tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>())
+            .entered();
     match reply {
         // A `tell`: nothing to reply to, the direct path.
         None => {
@@ -224,7 +230,8 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
     let mut fut = Box::pin(A::handle(actor, msg, ctx));
     let polled = {
         let _guard = ReplySlotGuard::set(&mut reply);
-        fut.as_mut().poll(&mut std::task::Context::from_waker(&waker))
+        fut.as_mut()
+            .poll(&mut std::task::Context::from_waker(&waker))
     };
     match polled {
         Poll::Ready(out) => {

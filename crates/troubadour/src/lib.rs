@@ -59,6 +59,8 @@
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
 //! drives an actor by direct calls.
 #![warn(missing_docs)]
+// The loom build exposes internals to the models in tests/.
+#![cfg_attr(loom, allow(missing_docs))]
 
 mod actor;
 mod actor_ref;
@@ -99,14 +101,15 @@ pub use timer::TimerRef;
 /// Everything a typical actor program uses.
 pub mod prelude {
     pub use crate::{
-        Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down,
-        ExitReason, Exited, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError,
-        SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
+        Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down, ExitReason,
+        Exited, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError, SpawnOptions,
+        Strategy, SupervisorStrategy, SystemHandle,
     };
 }
 
 #[cfg(loom)]
 #[doc(hidden)]
+#[allow(missing_docs)]
 pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
     pub use crate::mailbox::{Link, Pop, Queue, SignalStack};

@@ -48,12 +48,12 @@ use std::ptr;
 /// The link at the start of every queued node (`#[repr(C)]` structs put it
 /// first so a node pointer and its link pointer are the same address).
 #[repr(C)]
-pub(crate) struct Link {
+pub struct Link {
     next: AtomicPtr<Link>,
 }
 
 impl Link {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Link {
             next: AtomicPtr::new(ptr::null_mut()),
         }
@@ -62,14 +62,14 @@ impl Link {
 
 /// Outcome of [`Queue::pop`].
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Pop {
+pub enum Pop {
     Data(*mut Link),
     Empty,
     /// A producer is between its two steps; the message will be there soon.
     Inconsistent,
 }
 
-pub(crate) struct Queue {
+pub struct Queue {
     tail: AtomicPtr<Link>,
     /// Consumer-only. An atomic (always `Relaxed`) only so the type stays
     /// `Sync` without an `UnsafeCell` and loom sees every access.
@@ -83,7 +83,7 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 impl Queue {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         Queue {
             tail: AtomicPtr::new(ptr::null_mut()),
             head: AtomicPtr::new(ptr::null_mut()),
@@ -111,7 +111,7 @@ impl Queue {
     /// `node` must be a valid, exclusively owned node that stays allocated
     /// until `pop` returns it; the queue must not move while it holds nodes.
     #[inline]
-    pub(crate) unsafe fn push(&self, node: *mut Link) {
+    pub unsafe fn push(&self, node: *mut Link) {
         (*node).next.store(ptr::null_mut(), Ordering::Relaxed);
         // SeqCst: the scheduling protocol's fast path relies on it (run_state.rs).
         let prev = self.resolve(self.tail.swap(node, Ordering::SeqCst));
@@ -124,7 +124,7 @@ impl Queue {
     ///
     /// # Safety
     /// Only one thread at a time may call `pop` (the actor's consumer).
-    pub(crate) unsafe fn pop(&self) -> Pop {
+    pub unsafe fn pop(&self) -> Pop {
         let stub = self.stub();
         let mut head = self.resolve(self.head.load(Ordering::Relaxed));
         let mut next = (*head).next.load(Ordering::Acquire);
@@ -162,7 +162,7 @@ impl Queue {
     /// from any thread; the answer may be stale by the time it is used,
     /// which callers account for.
     #[inline]
-    pub(crate) fn looks_empty(&self) -> bool {
+    pub fn looks_empty(&self) -> bool {
         self.resolve(self.tail.load(Ordering::SeqCst)) == self.stub()
     }
 }
@@ -172,7 +172,7 @@ impl Queue {
 /// There is no ABA hazard: the consumer never pops a single node, it swaps
 /// the whole stack out, and producers only ever compare against the value
 /// they read as the top before linking their node to it.
-pub(crate) struct SignalStack {
+pub struct SignalStack {
     top: AtomicPtr<Link>,
 }
 
@@ -181,7 +181,7 @@ unsafe impl Send for SignalStack {}
 unsafe impl Sync for SignalStack {}
 
 impl SignalStack {
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         SignalStack {
             top: AtomicPtr::new(ptr::null_mut()),
         }
@@ -189,7 +189,7 @@ impl SignalStack {
 
     /// # Safety
     /// `node` must be a valid, exclusively owned node.
-    pub(crate) unsafe fn push(&self, node: *mut Link) {
+    pub unsafe fn push(&self, node: *mut Link) {
         let mut top = self.top.load(Ordering::Relaxed);
         loop {
             (*node).next.store(top, Ordering::Relaxed);
@@ -207,7 +207,7 @@ impl SignalStack {
     ///
     /// # Safety
     /// Only the actor's consumer may call this.
-    pub(crate) unsafe fn take_all(&self) -> *mut Link {
+    pub unsafe fn take_all(&self) -> *mut Link {
         let mut node = self.top.swap(ptr::null_mut(), Ordering::Acquire);
         // Reverse the LIFO chain into arrival order.
         let mut ordered = ptr::null_mut();
@@ -221,7 +221,7 @@ impl SignalStack {
     }
 
     #[inline]
-    pub(crate) fn looks_empty(&self) -> bool {
+    pub fn looks_empty(&self) -> bool {
         self.top.load(Ordering::SeqCst).is_null()
     }
 
@@ -229,7 +229,7 @@ impl SignalStack {
     ///
     /// # Safety
     /// `node` must come from `take_all` and not be freed yet.
-    pub(crate) unsafe fn next_of(node: *mut Link) -> *mut Link {
+    pub unsafe fn next_of(node: *mut Link) -> *mut Link {
         (*node).next.load(Ordering::Relaxed)
     }
 }

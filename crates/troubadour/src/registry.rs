@@ -55,7 +55,11 @@ impl Registry {
             return Err(RegistryError::Stopped);
         }
         cell.mark_named();
-        names.by_actor.entry(cell.id).or_default().push(name.clone());
+        names
+            .by_actor
+            .entry(cell.id)
+            .or_default()
+            .push(name.clone());
         names.by_name.insert(
             name,
             NameEntry {
@@ -124,7 +128,10 @@ impl Registry {
     /// Forgets every name and group (system shutdown).
     pub(crate) fn clear(&self) {
         *self.names.write().unwrap_or_else(|p| p.into_inner()) = Names::default();
-        self.groups.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.groups
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     pub(crate) fn join<M: Message>(&self, group: &str, member: Recipient<M>) {

@@ -25,18 +25,18 @@
 
 use crate::sync::{AtomicU32, Ordering};
 
-pub(crate) const SCHEDULED: u32 = 1;
-pub(crate) const CLOSED: u32 = 1 << 1;
-pub(crate) const WOKEN: u32 = 1 << 2;
+pub const SCHEDULED: u32 = 1;
+pub const CLOSED: u32 = 1 << 1;
+pub const WOKEN: u32 = 1 << 2;
 /// The actor holds at least one registered name (so stopping must clean up).
-pub(crate) const NAMED: u32 = 1 << 3;
+pub const NAMED: u32 = 1 << 3;
 /// Owned by a `LocalActor` and not yet attached to a supervisor.
-pub(crate) const DETACHED: u32 = 1 << 4;
+pub const DETACHED: u32 = 1 << 4;
 /// Stopped with `ExitReason::Normal` (remembered without an allocation).
-pub(crate) const EXITED_NORMAL: u32 = 1 << 5;
+pub const EXITED_NORMAL: u32 = 1 << 5;
 
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Notify {
+pub enum Notify {
     /// The caller now owns the actor and must run or schedule it.
     Acquired,
     /// The caller owns a stopped actor and must drain it.
@@ -45,10 +45,10 @@ pub(crate) enum Notify {
     AlreadyScheduled,
 }
 
-pub(crate) struct RunState(AtomicU32);
+pub struct RunState(AtomicU32);
 
 impl RunState {
-    pub(crate) fn new(bits: u32) -> Self {
+    pub fn new(bits: u32) -> Self {
         RunState(AtomicU32::new(bits))
     }
 
@@ -61,7 +61,7 @@ impl RunState {
     /// our message. This saves a locked read-modify-write per message under
     /// load.
     #[inline]
-    pub(crate) fn notify(&self, extra: u32) -> Notify {
+    pub fn notify(&self, extra: u32) -> Notify {
         if extra == 0 && self.0.load(Ordering::SeqCst) & SCHEDULED != 0 {
             return Notify::AlreadyScheduled;
         }
@@ -79,7 +79,7 @@ impl RunState {
     /// after the release) saw work and the role was taken back: the caller
     /// owns the actor again.
     #[inline]
-    pub(crate) fn release(&self, has_input: impl FnOnce(u32) -> bool) -> bool {
+    pub fn release(&self, has_input: impl FnOnce(u32) -> bool) -> bool {
         let now = self.0.fetch_and(!SCHEDULED, Ordering::SeqCst) & !SCHEDULED;
         if !has_input(now) {
             return false;
@@ -89,21 +89,21 @@ impl RunState {
 
     /// Clears `WOKEN`, telling whether it was set.
     #[inline]
-    pub(crate) fn take_woken(&self) -> bool {
+    pub fn take_woken(&self) -> bool {
         self.0.load(Ordering::Relaxed) & WOKEN != 0
             && self.0.fetch_and(!WOKEN, Ordering::AcqRel) & WOKEN != 0
     }
 
-    pub(crate) fn clear(&self, bits: u32) {
+    pub fn clear(&self, bits: u32) {
         self.0.fetch_and(!bits, Ordering::SeqCst);
     }
 
-    pub(crate) fn set(&self, bits: u32) {
+    pub fn set(&self, bits: u32) {
         self.0.fetch_or(bits, Ordering::SeqCst);
     }
 
     #[inline]
-    pub(crate) fn load(&self) -> u32 {
+    pub fn load(&self) -> u32 {
         self.0.load(Ordering::SeqCst)
     }
 }

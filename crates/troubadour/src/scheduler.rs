@@ -170,7 +170,7 @@ impl Shared {
             let local = c.get();
             // SAFETY: a non-null pointer is the current worker's own local,
             // alive for the whole worker loop.
-            if !local.is_null() && unsafe { (*local).shared } == self as *const Shared {
+            if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
                 if let Some(t) = task.take() {
                     unsafe { (*local).deque.push(t) };
                 }

@@ -11,7 +11,10 @@ use tokio::sync::oneshot;
 /// Who wants to hear that an actor stopped.
 pub(crate) enum Watcher {
     /// An actor that called `ctx.monitor`.
-    Actor { watcher: ActorId, down: Recipient<Down> },
+    Actor {
+        watcher: ActorId,
+        down: Recipient<Down>,
+    },
     /// Code awaiting `ActorRef::wait_stopped`.
     Waiter(oneshot::Sender<ExitReason>),
 }
@@ -23,15 +26,23 @@ pub(crate) enum Signal {
     /// Stop now; untrappable.
     Kill,
     /// A linked actor stopped.
-    Exit { from: ActorId, reason: ExitReason },
+    Exit {
+        from: ActorId,
+        reason: ExitReason,
+    },
     Link(Arc<dyn ControlHandle>),
     Unlink(ActorId),
     Watch(Watcher),
     Unwatch(ActorId),
     /// Child → parent: the child failed and waits for a decision.
-    ChildFailed { id: ActorId, reason: ExitReason },
+    ChildFailed {
+        id: ActorId,
+        reason: ExitReason,
+    },
     /// Child → parent: the child has fully stopped.
-    ChildExited { id: ActorId },
+    ChildExited {
+        id: ActorId,
+    },
     /// Parent → child: restart now (or stop, if the child cannot restart).
     Restart(ExitReason),
 }

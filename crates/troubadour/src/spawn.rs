@@ -113,9 +113,7 @@ pub(crate) fn spawn_actor<A: Actor>(
         Mailbox::Unbounded => None,
         Mailbox::Bounded(n) => Some(tokio::sync::Semaphore::new(n.max(1))),
     };
-    let parker = options
-        .blocking
-        .then(crossbeam_utils::sync::Parker::new);
+    let parker = options.blocking.then(crossbeam_utils::sync::Parker::new);
     let config = (bound.is_some() || parker.is_some()).then(|| {
         Box::new(CellConfig {
             bound,

@@ -101,12 +101,7 @@ impl Guardian {
     }
 
     fn find(state: &GuardianState, id: ActorId) -> Option<Arc<dyn ControlHandle>> {
-        state
-            .children
-            .iter()
-            .rev()
-            .find(|c| c.id() == id)
-            .cloned()
+        state.children.iter().rev().find(|c| c.id() == id).cloned()
     }
 
     /// A top-level actor's signal to its parent.

@@ -94,7 +94,12 @@ pub(crate) struct Timers {
 impl Timers {
     /// Runs `action` after `delay`, then every `period` while it returns
     /// `true`.
-    pub(crate) fn schedule(&self, delay: Duration, period: Option<Duration>, action: Action) -> TimerRef {
+    pub(crate) fn schedule(
+        &self,
+        delay: Duration,
+        period: Option<Duration>,
+        action: Action,
+    ) -> TimerRef {
         let state = Arc::new(AtomicU8::new(ACTIVE));
         let at = Instant::now() + delay;
         let earliest = {
@@ -158,7 +163,10 @@ fn run(shared: Arc<Shared>) {
         let now = Instant::now();
         match wheel.heap.peek() {
             None => {
-                wheel = shared.changed.wait(wheel).unwrap_or_else(|p| p.into_inner());
+                wheel = shared
+                    .changed
+                    .wait(wheel)
+                    .unwrap_or_else(|p| p.into_inner());
             }
             Some(e) if e.at > now => {
                 let wait = e.at - now;
@@ -169,7 +177,9 @@ fn run(shared: Arc<Shared>) {
                     .0;
             }
             Some(_) => {
-                let Some(mut entry) = wheel.heap.pop() else { continue };
+                let Some(mut entry) = wheel.heap.pop() else {
+                    continue;
+                };
                 if entry.state.load(Ordering::Acquire) != ACTIVE {
                     continue;
                 }
@@ -240,7 +250,10 @@ mod tests {
         timers.schedule(
             Duration::from_millis(5),
             None,
-            Box::new(move || mtx.send(()).is_ok() && false),
+            Box::new(move || {
+                let _ = mtx.send(());
+                false
+            }),
         );
         mrx.recv().unwrap();
         // At most one tick can have been in flight when `cancel` ran.

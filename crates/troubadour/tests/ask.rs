@@ -72,10 +72,16 @@ fn ask_from_async_code() {
 fn ask_to_a_panicking_actor_fails_with_no_reply() {
     let system = ActorSystem::new();
     let echo = system.spawn(Echo).unwrap();
-    assert_eq!(echo.ask(Boom).timeout(LIVENESS).wait(), Err(AskError::NoReply));
+    assert_eq!(
+        echo.ask(Boom).timeout(LIVENESS).wait(),
+        Err(AskError::NoReply)
+    );
     // A value-spawned actor is not restarted: it stopped with the panic.
     let reason = system.block_on(echo.wait_stopped());
-    assert!(matches!(reason, ExitReason::Panicked(ref m) if m.contains("boom")), "{reason}");
+    assert!(
+        matches!(reason, ExitReason::Panicked(ref m) if m.contains("boom")),
+        "{reason}"
+    );
     assert_eq!(echo.ask(Say(1)).wait(), Err(AskError::Stopped));
 }
 

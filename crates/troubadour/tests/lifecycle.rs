@@ -112,7 +112,9 @@ fn an_actor_lives_on_without_references() {
     let id = a.id();
     system.register("orphan", &a).unwrap();
     drop(a);
-    let again = system.whereis::<TreeNode>("orphan").expect("still registered");
+    let again = system
+        .whereis::<TreeNode>("orphan")
+        .expect("still registered");
     assert_eq!(again.id(), id);
     assert!(again.is_alive());
 }
@@ -213,7 +215,12 @@ fn an_awaiting_actor_handles_one_message_at_a_time() {
     }
     let system = ActorSystem::new();
     let (tx, rx) = log();
-    let s = system.spawn(Serial { inside: false, log: tx }).unwrap();
+    let s = system
+        .spawn(Serial {
+            inside: false,
+            log: tx,
+        })
+        .unwrap();
     let asks: Vec<_> = [30, 1, 20, 2].iter().map(|&ms| s.ask(Nap(ms))).collect();
     for a in asks {
         a.timeout(LIVENESS).wait().unwrap();
@@ -284,7 +291,9 @@ fn works_inside_tokio_main() {
         assert_eq!(napper.ask(Nap(1)).await, Ok(1));
         // The system shares the caller's runtime: tokio::spawn from a
         // handler lands there too.
-        assert!(system.tokio_handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        assert!(
+            system.tokio_handle().runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread
+        );
         tokio::task::spawn_blocking(move || system.shutdown(LIVENESS))
             .await
             .unwrap()
@@ -324,5 +333,8 @@ fn direct_dispatch_of_an_async_handler_and_stop() {
     assert_eq!(napper.handle_async(Nap(1)).unwrap(), 1);
     let mut once = LocalActor::new(&system, Once).unwrap();
     assert_eq!(once.handle(Ping(3)).unwrap(), 3);
-    assert!(matches!(once.handle(Ping(4)), Err(SendError::Stopped(Ping(4)))));
+    assert!(matches!(
+        once.handle(Ping(4)),
+        Err(SendError::Stopped(Ping(4)))
+    ));
 }

@@ -1,6 +1,9 @@
 //! Links (both ways), monitors (one way, with the exit reason), trapping
 //! exits, and the exit reasons themselves.
 
+// Test helpers pass closures and tuples around; naming each type adds nothing.
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 use common::{log, LIVENESS};
@@ -31,13 +34,17 @@ impl Handler<Do> for Node {
 
 impl Handler<Down> for Node {
     fn handle(&mut self, d: Down, _: &mut Context<Self>) {
-        let _ = self.log.send(format!("{} got down: {}", self.name, d.reason));
+        let _ = self
+            .log
+            .send(format!("{} got down: {}", self.name, d.reason));
     }
 }
 
 impl Handler<Exited> for Node {
     fn handle(&mut self, e: Exited, _: &mut Context<Self>) {
-        let _ = self.log.send(format!("{} trapped exit: {}", self.name, e.reason));
+        let _ = self
+            .log
+            .send(format!("{} trapped exit: {}", self.name, e.reason));
     }
 }
 

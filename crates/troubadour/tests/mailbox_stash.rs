@@ -41,7 +41,10 @@ fn bounded_mailbox_refuses_when_full_and_send_waits_for_room() {
     let system = ActorSystem::new();
     let (tx, rx) = log();
     let gate = system
-        .spawn_with_options(SpawnOptions::new().mailbox(Mailbox::Bounded(3)), Gate { log: tx })
+        .spawn_with_options(
+            SpawnOptions::new().mailbox(Mailbox::Bounded(3)),
+            Gate { log: tx },
+        )
         .unwrap();
     let barrier = Arc::new(Barrier::new(2));
     gate.tell(Hold(barrier.clone())).unwrap();
@@ -78,7 +81,10 @@ fn send_waiting_for_room_fails_when_the_actor_stops() {
     let system = ActorSystem::new();
     let (tx, _rx) = log();
     let gate = system
-        .spawn_with_options(SpawnOptions::new().mailbox(Mailbox::Bounded(1)), Gate { log: tx })
+        .spawn_with_options(
+            SpawnOptions::new().mailbox(Mailbox::Bounded(1)),
+            Gate { log: tx },
+        )
         .unwrap();
     let barrier = Arc::new(Barrier::new(2));
     gate.tell(Hold(barrier.clone())).unwrap();
@@ -88,7 +94,10 @@ fn send_waiting_for_room_fails_when_the_actor_stops() {
     let waiter = std::thread::spawn(move || g2.cell_send_blocking(Item(1)));
     gate.stop();
     barrier.wait();
-    assert!(matches!(waiter.join().unwrap(), Err(SendError::Stopped(_)) | Ok(())));
+    assert!(matches!(
+        waiter.join().unwrap(),
+        Err(SendError::Stopped(_)) | Ok(())
+    ));
     system.block_on(gate.wait_stopped());
 }
 
@@ -106,7 +115,10 @@ fn stop_overtakes_queued_messages_which_become_dead_letters() {
     gate.stop();
     barrier.wait();
     assert_eq!(system.block_on(gate.wait_stopped()), ExitReason::Normal);
-    assert!(rx.drain().is_empty(), "the stop must overtake all 100 items");
+    assert!(
+        rx.drain().is_empty(),
+        "the stop must overtake all 100 items"
+    );
     assert_eq!(system.dead_letter_count(), 100);
 }
 
@@ -174,7 +186,12 @@ impl Handler<Ready> for Lazy {
 fn stash_and_unstash_keep_order_and_replies() {
     let system = ActorSystem::new();
     let (tx, rx) = log();
-    let lazy = system.spawn(Lazy { ready: false, log: tx }).unwrap();
+    let lazy = system
+        .spawn(Lazy {
+            ready: false,
+            log: tx,
+        })
+        .unwrap();
     for n in 0..5 {
         lazy.tell(Work(n)).unwrap();
     }
@@ -192,7 +209,12 @@ fn stash_and_unstash_keep_order_and_replies() {
 fn stashed_messages_become_dead_letters_on_stop() {
     let system = ActorSystem::new();
     let (tx, _rx) = log();
-    let lazy = system.spawn(Lazy { ready: false, log: tx }).unwrap();
+    let lazy = system
+        .spawn(Lazy {
+            ready: false,
+            log: tx,
+        })
+        .unwrap();
     let asked = lazy.ask(Work(1));
     lazy.tell(Work(2)).unwrap();
     lazy.stop();

@@ -33,8 +33,14 @@ impl Message for Report {
 impl Handler<Seq> for Checker {
     fn handle(&mut self, Seq { sender, n }: Seq, _: &mut Context<Self>) {
         // One message at a time: nobody else may be inside a handler.
-        assert!(!self.busy.swap(true, Ordering::SeqCst), "concurrent handler call");
-        assert_eq!(self.next[sender], n, "sender {sender}: out of order or duplicated");
+        assert!(
+            !self.busy.swap(true, Ordering::SeqCst),
+            "concurrent handler call"
+        );
+        assert_eq!(
+            self.next[sender], n,
+            "sender {sender}: out of order or duplicated"
+        );
         self.next[sender] += 1;
         self.received += 1;
         self.busy.store(false, Ordering::SeqCst);

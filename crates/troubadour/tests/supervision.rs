@@ -1,6 +1,9 @@
 //! Supervision follows Erlang/OTP: strategies, restart from the factory,
 //! intensity and escalation.
 
+// Test helpers pass closures and tuples around; naming each type adds nothing.
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 use common::{log, Log, LIVENESS};
@@ -21,7 +24,9 @@ impl Actor for Worker {
         let _ = self.log.send(format!("{} started", self.name));
     }
     fn before_restart(&mut self, reason: &ExitReason, _: &mut Context<Self>) {
-        let _ = self.log.send(format!("{} before_restart: {reason}", self.name));
+        let _ = self
+            .log
+            .send(format!("{} before_restart: {reason}", self.name));
     }
     fn stopped(&mut self, _: &mut Context<Self>) {
         let _ = self.log.send(format!("{} stopped", self.name));
@@ -201,7 +206,15 @@ impl Actor for Root {
 }
 
 /// Fails worker "a" three times; its supervisor allows two restarts.
-fn fail_worker_three_times(root_intensity: u32) -> (ActorSystem, Log, ActorRef<Root>, ActorRef<Sup>, Arc<Mutex<Vec<ActorRef<Worker>>>>) {
+fn fail_worker_three_times(
+    root_intensity: u32,
+) -> (
+    ActorSystem,
+    Log,
+    ActorRef<Root>,
+    ActorRef<Sup>,
+    Arc<Mutex<Vec<ActorRef<Worker>>>>,
+) {
     let system = ActorSystem::new();
     let (tx, rx) = log();
     let children = Arc::new(Mutex::new(vec![]));

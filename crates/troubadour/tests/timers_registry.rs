@@ -1,5 +1,8 @@
 //! Timers, names and groups.
 
+// Test helpers pass closures and tuples around; naming each type adds nothing.
+#![allow(clippy::type_complexity)]
+
 mod common;
 
 use common::{log, LIVENESS};
@@ -91,7 +94,10 @@ fn interval_repeats_until_cancelled() {
         ctx.send_after(Duration::from_millis(30), Tick("marker"));
     });
     let after_cancel = rx.until("marker");
-    assert!(after_cancel.len() <= 1, "ticks after cancel: {after_cancel:?}");
+    assert!(
+        after_cancel.len() <= 1,
+        "ticks after cancel: {after_cancel:?}"
+    );
 }
 
 #[test]
