@@ -18,8 +18,8 @@ use std::time::Duration;
 
 /// The handle a handler gets to its own actor and to the system.
 ///
-/// It lives inside the actor's cell; methods take effect on the actor's own
-/// turn, so none of them races with message handling.
+/// It is a pointer to the actor's cell; methods act on the actor's own turn,
+/// so none of them races with message handling.
 pub struct Context<A: Actor> {
     cell: NonNull<ActorCell<A>>,
 }
@@ -32,6 +32,11 @@ unsafe impl<A: Actor> Sync for Context<A> {}
 impl<A: Actor> Context<A> {
     pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
         Context { cell }
+    }
+
+    /// Another context for the same actor (for an async handler's future).
+    pub(crate) fn detach(&self) -> Self {
+        Context { cell: self.cell }
     }
 
     #[inline]

@@ -81,7 +81,7 @@ impl<A: Actor> LocalActor<A> {
         };
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
         // touches the actor or its context.
-        let reply = unsafe { A::handle(cell.actor_mut(), msg, cell.ctx_mut()) };
+        let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut cell.context()) };
         self.settle();
         Ok(reply)
     }
@@ -98,7 +98,7 @@ impl<A: Actor> LocalActor<A> {
         };
         let _tokio = self.system.tokio_handle().enter();
         // SAFETY: as for `handle`; the future is finished before we return.
-        let reply = unsafe { block_on(A::handle(cell.actor_mut(), msg, cell.ctx_mut())) };
+        let reply = unsafe { block_on(A::handle(cell.actor_mut(), msg, &mut cell.context())) };
         self.settle();
         Ok(reply)
     }

@@ -219,15 +219,19 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
     #[cfg(feature = "tracing")]
     let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
     let waker = ctx.waker();
-    // SAFETY (lifetime extension): the future borrows the actor and the
-    // context, which live inside the actor's cell at fixed addresses. While
-    // it is pending the cell hands out no other reference to either: no
-    // user message is dispatched, and every path that touches the actor
-    // again (stop, kill, restart) drops the future first. The cell itself
-    // outlives the future because the future is stored in the cell.
+    // SAFETY (lifetime extension): the future borrows the actor, which lives
+    // inside the actor's cell at a fixed address. While the future is
+    // pending the cell hands out no other reference to the actor: no user
+    // message is dispatched, and every path that touches the actor again
+    // (stop, kill, restart) drops the future first. The cell outlives the
+    // future because the future is stored in the cell. The future owns its
+    // own context (a pointer to the cell), so nothing else needs pinning.
     let actor: &'static mut A = &mut *(actor as *mut A);
-    let ctx: &'static mut Context<A> = &mut *(ctx as *mut Context<A>);
-    let mut fut = Box::pin(A::handle(actor, msg, ctx));
+    let cell_ctx = ctx.detach();
+    let mut fut = Box::pin(async move {
+        let mut ctx = cell_ctx;
+        A::handle(actor, msg, &mut ctx).await
+    });
     let polled = {
         let _guard = ReplySlotGuard::set(&mut reply);
         fut.as_mut()
