@@ -115,18 +115,26 @@ impl<A: Actor> Default for Extras<A> {
     }
 }
 
+/// Field order is fixed (`repr(C)`) for cache behaviour: the actor's state
+/// (written by every handler) comes first and the mailbox's `tail` (written
+/// by every sender) last, with 64 bytes of rarely-written fields between,
+/// so the two never share a cache line and a push does not have to win the
+/// line back from the consumer on every message.
+#[repr(C)]
 pub(crate) struct ActorCell<A: Actor> {
+    actor: UnsafeCell<MaybeUninit<A>>,
+    /// Read by the consumer before every message (signals overtake).
+    signals: SignalStack,
     run: RunState,
     phase: UnsafeCell<Phase>,
     request: UnsafeCell<Request>,
     has_actor: UnsafeCell<bool>,
     pub(crate) id: ActorId,
     pub(crate) system: Arc<SystemCore>,
-    mailbox: Queue,
-    signals: SignalStack,
     pub(crate) config: Option<Box<CellConfig>>,
     extras: UnsafeCell<Option<Box<Extras<A>>>>,
-    actor: UnsafeCell<MaybeUninit<A>>,
+    /// Its `tail` is the last field of the cell.
+    mailbox: Queue,
 }
 
 // SAFETY: the consumer-only fields are touched only by the thread holding
@@ -194,7 +202,17 @@ impl<A: Actor> ActorCell<A> {
         self.notify(0);
     }
 
+    #[inline]
     fn notify(self: &Arc<Self>, extra: u32) {
+        // The common case under load, kept inline: already scheduled.
+        if extra == 0 && self.run.load() & SCHEDULED != 0 {
+            return;
+        }
+        self.notify_slow(extra);
+    }
+
+    #[inline(never)]
+    fn notify_slow(self: &Arc<Self>, extra: u32) {
         match self.run.notify(extra) {
             Notify::AlreadyScheduled => {}
             Notify::Acquired => self.schedule(),
@@ -241,13 +259,6 @@ impl<A: Actor> ActorCell<A> {
 
     pub(crate) fn signals_look_empty(&self) -> bool {
         self.signals.looks_empty()
-    }
-
-    /// Consumer-only: a handler asked to stop or fail.
-    #[inline]
-    pub(crate) fn has_pending_request(&self) -> bool {
-        // SAFETY: called by the holder of the consumer role.
-        unsafe { *self.request.get() != Request::None }
     }
 
     /// Gives up the consumer role for good, running whatever arrives in the
@@ -376,29 +387,96 @@ impl<A: Actor> ActorCell<A> {
             return false;
         }
         let mut ctx = self.context();
-        for _ in 0..budget {
+        let mut left = budget;
+        while left > 0 {
             if !self.signals.looks_empty() {
                 self.process_signals();
                 if self.phase() != Phase::Running {
                     return false;
                 }
             }
-            let Some(env) = self.next_envelope() else {
-                return false;
-            };
-            match Envelope::handle(env, self.actor_mut(), &mut ctx) {
-                Handled::Done => {}
-                Handled::Suspended(fut) => {
-                    self.extras().suspended = Some(fut);
-                    self.after_user_code();
+            // Unstashed messages come before the mailbox.
+            if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
+                left -= 1;
+                if !self.dispatch(env, &mut ctx) {
                     return false;
                 }
+                continue;
             }
-            if *self.request.get() != Request::None && !self.after_user_code() {
-                return false;
+            // A run of mailbox messages with the queue's head in a register.
+            // The run ends, writing the head back, before anything else can
+            // touch the queue (a stop drains it).
+            let bound = self.config.as_ref().and_then(|c| c.bound.as_ref());
+            let mut consumer = self.mailbox.consumer();
+            let mut spins = 0u32;
+            loop {
+                let env = match consumer.pop() {
+                    Pop::Data(link) => {
+                        if let Some(sem) = bound {
+                            sem.add_permits(1);
+                        }
+                        Envelope::from_link(link)
+                    }
+                    Pop::Empty => return false,
+                    // A producer is mid-push. Wait briefly; if it was
+                    // preempted, give the thread back and let the release
+                    // protocol reschedule us.
+                    Pop::Inconsistent if spins < 64 => {
+                        spins += 1;
+                        std::hint::spin_loop();
+                        continue;
+                    }
+                    Pop::Inconsistent => return false,
+                };
+                left -= 1;
+                match Envelope::handle(env, self.actor_mut(), &mut ctx) {
+                    Handled::Done => {}
+                    Handled::Suspended(fut) => {
+                        drop(consumer);
+                        self.extras().suspended = Some(fut);
+                        self.after_user_code();
+                        return false;
+                    }
+                }
+                // Only a handler that called stop/fail/unstash (or awaited)
+                // makes us look at the cell's consumer state again.
+                if ctx.take_dirty() {
+                    drop(consumer);
+                    if *self.request.get() != Request::None && !self.after_user_code() {
+                        return false;
+                    }
+                    break;
+                }
+                if left == 0 || !self.signals.looks_empty() {
+                    break;
+                }
             }
         }
         true
+    }
+
+    /// Dispatches one message outside a mailbox run. `false` if the actor
+    /// can take no more messages this turn.
+    unsafe fn dispatch(self: &Arc<Self>, env: *mut Envelope<A>, ctx: &mut Context<A>) -> bool {
+        match Envelope::handle(env, self.actor_mut(), ctx) {
+            Handled::Done => {}
+            Handled::Suspended(fut) => {
+                self.extras().suspended = Some(fut);
+                self.after_user_code();
+                return false;
+            }
+        }
+        ctx.take_dirty();
+        *self.request.get() == Request::None || self.after_user_code()
+    }
+
+    /// A node just taken from the mailbox: frees its bounded-mailbox slot.
+    #[inline]
+    fn popped(&self, link: *mut crate::mailbox::Link) -> *mut Envelope<A> {
+        if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            sem.add_permits(1);
+        }
+        Envelope::from_link(link)
     }
 
     /// Polls a suspended async handler. `true` if it finished and the actor
@@ -447,34 +525,6 @@ impl<A: Actor> ActorCell<A> {
             }
         }
         self.phase() == Phase::Running
-    }
-
-    unsafe fn next_envelope(&self) -> Option<*mut Envelope<A>> {
-        if let Some(extras) = self.extras_opt() {
-            if let Some(env) = extras.replay.pop_front() {
-                return Some(env);
-            }
-        }
-        let mut spins = 0u32;
-        loop {
-            match self.mailbox.pop() {
-                Pop::Data(link) => {
-                    if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-                        sem.add_permits(1);
-                    }
-                    return Some(Envelope::from_link(link));
-                }
-                Pop::Empty => return None,
-                // A producer is mid-push. Wait briefly; if it was preempted,
-                // give the thread back and let the release protocol
-                // reschedule us.
-                Pop::Inconsistent if spins < 64 => {
-                    spins += 1;
-                    std::hint::spin_loop();
-                }
-                Pop::Inconsistent => return None,
-            }
-        }
     }
 
     unsafe fn process_signals(self: &Arc<Self>) {
@@ -722,10 +772,7 @@ impl<A: Actor> ActorCell<A> {
         loop {
             match self.mailbox.pop() {
                 Pop::Data(link) => {
-                    if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-                        sem.add_permits(1);
-                    }
-                    let env = Envelope::<A>::from_link(link);
+                    let env = self.popped(link);
                     self.system
                         .dead_letters
                         .record(self.id, Envelope::discard(env));
@@ -973,6 +1020,6 @@ mod tests {
             "ActorCell grew to {} bytes",
             std::mem::size_of::<ActorCell<Idle>>()
         );
-        assert_eq!(std::mem::size_of::<Context<Idle>>(), 8);
+        assert!(std::mem::size_of::<Context<Idle>>() <= 16);
     }
 }

@@ -22,6 +22,10 @@ use std::time::Duration;
 /// so none of them races with message handling.
 pub struct Context<A: Actor> {
     cell: NonNull<ActorCell<A>>,
+    /// Set by calls that change what the turn must do next (stop, fail,
+    /// unstash). Lives in the turn's stack frame, so the per-message check
+    /// reads no shared memory.
+    dirty: bool,
 }
 
 // SAFETY: a context is only used by the thread running its actor's turn
@@ -31,12 +35,26 @@ unsafe impl<A: Actor> Sync for Context<A> {}
 
 impl<A: Actor> Context<A> {
     pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
-        Context { cell }
+        Context { cell, dirty: false }
+    }
+
+    /// Whether a stop, fail or unstash was requested since the last call.
+    #[inline]
+    pub(crate) fn take_dirty(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
+    }
+
+    /// Marks that the turn must re-check the actor's state.
+    pub(crate) fn mark_dirty(&mut self) {
+        self.dirty = true;
     }
 
     /// Another context for the same actor (for an async handler's future).
     pub(crate) fn detach(&self) -> Self {
-        Context { cell: self.cell }
+        Context {
+            cell: self.cell,
+            dirty: false,
+        }
     }
 
     #[inline]
@@ -73,7 +91,8 @@ impl<A: Actor> Context<A> {
     /// [`ExitReason::Normal`]. Messages still queued go to dead letters.
     pub fn stop(&mut self) {
         // SAFETY: called from the actor's own turn.
-        unsafe { self.cell().request(Request::Stop, None) }
+        unsafe { self.cell().request(Request::Stop, None) };
+        self.dirty = true;
     }
 
     /// Fails this actor after the current handler returns, as if it had
@@ -81,7 +100,8 @@ impl<A: Actor> Context<A> {
     pub fn fail(&mut self, reason: impl Into<String>) {
         let reason = ExitReason::Failed(Arc::from(reason.into()));
         // SAFETY: as for `stop`.
-        unsafe { self.cell().request(Request::Fail, Some(reason)) }
+        unsafe { self.cell().request(Request::Fail, Some(reason)) };
+        self.dirty = true;
     }
 
     fn spawn_child<B: Actor>(
@@ -279,6 +299,7 @@ impl<A: Actor> Context<A> {
         // Stashed messages go ahead of anything replayed later but behind
         // what is already waiting to be replayed.
         extras.replay.append(&mut stash);
+        self.dirty = true;
     }
 
     /// How many messages are stashed.

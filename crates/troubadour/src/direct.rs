@@ -79,10 +79,13 @@ impl<A: Actor> LocalActor<A> {
         let Some(cell) = self.live_cell() else {
             return Err(SendError::Stopped(msg));
         };
+        let mut ctx = cell.context();
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
         // touches the actor or its context.
-        let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut cell.context()) };
-        self.settle();
+        let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut ctx) };
+        if ctx.take_dirty() || !cell.signals_look_empty() {
+            self.settle();
+        }
         Ok(reply)
     }
 
@@ -99,17 +102,16 @@ impl<A: Actor> LocalActor<A> {
         let _tokio = self.system.tokio_handle().enter();
         // SAFETY: as for `handle`; the future is finished before we return.
         let reply = unsafe { block_on(A::handle(cell.actor_mut(), msg, &mut cell.context())) };
+        // The future may have asked for anything; always settle.
         self.settle();
         Ok(reply)
     }
 
     /// Applies stop/fail requests and signals after a direct call.
-    #[inline]
+    #[cold]
     fn settle(&mut self) {
         if let Some(cell) = &self.cell {
-            if cell.has_pending_request() || !cell.signals_look_empty() {
-                cell.run_guarded(0);
-            }
+            cell.run_guarded(0);
         }
     }
 

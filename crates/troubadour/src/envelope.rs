@@ -3,6 +3,12 @@
 //! the message itself and, for an `ask`, the reply channel. One allocation
 //! per message; no `Box<dyn>` inside a box.
 //!
+//! Nodes come from mimalloc, whatever the program's global allocator: a
+//! node is allocated by the sender's thread and freed by the receiver's, the
+//! pattern glibc's malloc handles worst (60 % of the counting workload's
+//! time with it; see ARCHITECTURE.md for the measurements, including a
+//! home-made per-thread pool that lost to mimalloc).
+//!
 //! [`Handles`] ties a message type to an actor whether the actor implements
 //! the synchronous [`Handler`] or the [`AsyncHandler`]: the second type
 //! parameter is a marker the compiler infers, so callers just write
@@ -11,6 +17,8 @@
 use crate::actor::{AsyncHandler, Handler, Message};
 use crate::context::Context;
 use crate::mailbox::Link;
+use mimalloc::MiMalloc;
+use std::alloc::{GlobalAlloc, Layout};
 use std::any::TypeId;
 use std::cell::Cell;
 use std::future::Future;
@@ -88,14 +96,34 @@ where
     A: Handles<M, K>,
     M: Message,
 {
-    Box::into_raw(Box::new(Typed {
+    let node = Typed {
         head: Envelope {
             link: Link::new(),
             vtable: A::VTABLE,
         },
         msg,
         reply,
-    })) as *mut Envelope<A>
+    };
+    let layout = Layout::new::<Typed<A, M>>();
+    // SAFETY: the layout has a non-zero size (a link and a vtable pointer).
+    let p = unsafe { GlobalAlloc::alloc(&MiMalloc, layout) } as *mut Typed<A, M>;
+    if p.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: fresh memory with the node's size and alignment.
+    unsafe { p.write(node) };
+    p as *mut Envelope<A>
+}
+
+/// Moves the node's contents out and frees it.
+///
+/// # Safety
+/// `p` must come from [`envelope`] with the same `A` and `M`.
+unsafe fn take<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> Typed<A, M> {
+    let p = p as *mut Typed<A, M>;
+    let node = p.read();
+    GlobalAlloc::dealloc(&MiMalloc, p as *mut u8, Layout::new::<Typed<A, M>>());
+    node
 }
 
 impl<A: crate::Actor> Envelope<A> {
@@ -131,7 +159,7 @@ impl<A: crate::Actor> Envelope<A> {
 }
 
 unsafe fn discard<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> &'static str {
-    drop(Box::from_raw(p as *mut Typed<A, M>));
+    drop(take::<A, M>(p));
     std::any::type_name::<M>()
 }
 
@@ -186,7 +214,7 @@ unsafe fn handle_sync<A: Handler<M>, M: Message>(
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let Typed { msg, mut reply, .. } = *Box::from_raw(p as *mut Typed<A, M>);
+    let Typed { msg, mut reply, .. } = take::<A, M>(p);
     #[cfg(feature = "tracing")]
     let _span =
         tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>())
@@ -215,7 +243,7 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let Typed { msg, mut reply, .. } = *Box::from_raw(p as *mut Typed<A, M>);
+    let Typed { msg, mut reply, .. } = take::<A, M>(p);
     #[cfg(feature = "tracing")]
     let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
     let waker = ctx.waker();
@@ -237,6 +265,9 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
         fut.as_mut()
             .poll(&mut std::task::Context::from_waker(&waker))
     };
+    // The future has its own context; whatever it asked for (stop, fail,
+    // unstash) is in the cell, so make the turn look.
+    ctx.mark_dirty();
     match polled {
         Poll::Ready(out) => {
             if let Some(tx) = reply {

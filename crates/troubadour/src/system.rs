@@ -132,10 +132,18 @@ impl Guardian {
                     if state.exited_since_compaction * 2 > state.children.len() {
                         state.children.retain(|c| !c.is_stopped());
                         state.exited_since_compaction = 0;
+                        // Give memory back after a mass exit.
+                        if state.children.capacity() > 4 * state.children.len() + 64 {
+                            state.children.shrink_to_fit();
+                        }
                     }
                 }
                 if self.live.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    let _state = self.lock();
+                    let mut state = self.lock();
+                    if self.live.load(Ordering::SeqCst) == 0 {
+                        state.children.retain(|c| !c.is_stopped());
+                        state.children.shrink_to_fit();
+                    }
                     self.all_stopped.notify_all();
                 }
             }
