@@ -70,6 +70,27 @@ impl Handler<GetAndReset> for Counter {
     }
 }
 
+/// Spawns the counter, tells it every `Add`, then asks for the total.
+struct Sender;
+impl Actor for Sender {}
+
+struct SendAll {
+    adds: u64,
+    amount: u64,
+}
+impl Message for SendAll {
+    type Reply = Result<u64, String>;
+}
+impl AsyncHandler<SendAll> for Sender {
+    async fn handle(&mut self, p: SendAll, ctx: &mut Context<Self>) -> Result<u64, String> {
+        let counter = ctx.spawn(Counter { total: 0 }).map_err(|e| e.to_string())?;
+        for _ in 0..p.adds {
+            counter.tell(Add(p.amount)).map_err(|e| e.to_string())?;
+        }
+        counter.ask(GetAndReset).await.map_err(|e| e.to_string())
+    }
+}
+
 // 2. pingpong --------------------------------------------------------------
 
 struct Client {
@@ -365,27 +386,79 @@ impl Handler<Value> for Accumulator {
 
 struct PiWorker {
     terms: u64,
+    coordinator: ActorRef<Coordinator>,
 }
 impl Actor for PiWorker {}
 struct Item(u64);
 impl Message for Item {
-    type Reply = f64;
+    type Reply = ();
 }
 impl Handler<Item> for PiWorker {
-    fn handle(&mut self, Item(i): Item, _: &mut Context<Self>) -> f64 {
-        leibniz(i * self.terms, self.terms)
+    fn handle(&mut self, Item(i): Item, _: &mut Context<Self>) {
+        let _ = self
+            .coordinator
+            .tell(Partial(leibniz(i * self.terms, self.terms)));
+    }
+}
+
+/// Hands out the items and sums the workers' replies.
+struct Coordinator {
+    items: u64,
+    terms: u64,
+    workers: usize,
+    received: u64,
+    sum: f64,
+    done: mpsc::Sender<f64>,
+}
+impl Actor for Coordinator {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let me = ctx.myself();
+        let mut workers = Vec::with_capacity(self.workers);
+        for _ in 0..self.workers {
+            let worker = PiWorker {
+                terms: self.terms,
+                coordinator: me.clone(),
+            };
+            match ctx.spawn(worker) {
+                Ok(w) => workers.push(w),
+                Err(_) => return ctx.fail("could not spawn a worker"),
+            }
+        }
+        for i in 0..self.items {
+            let _ = workers[i as usize % workers.len()].tell(Item(i));
+        }
+    }
+}
+struct Partial(f64);
+impl Message for Partial {
+    type Reply = ();
+}
+impl Handler<Partial> for Coordinator {
+    fn handle(&mut self, Partial(x): Partial, ctx: &mut Context<Self>) {
+        self.sum += x;
+        self.received += 1;
+        if self.received == self.items {
+            let _ = self.done.send(self.sum);
+            ctx.stop();
+        }
     }
 }
 
 impl super::Contender for Troubadour {
     fn counting(&self, p: &Counting) -> Outcome<u64> {
+        // The sender is an actor too, so the run uses the system's worker
+        // threads only, like every other implementation's driver task.
         let system = self.system();
         let clock = Stopwatch::start();
-        let counter = system.spawn(Counter { total: 0 }).map_err(failed)?;
-        for _ in 0..p.adds {
-            counter.tell(Add(p.amount)).map_err(failed)?;
-        }
-        let total = counter.ask(GetAndReset).wait().map_err(failed)?;
+        let sender = system.spawn(Sender).map_err(failed)?;
+        let total = sender
+            .ask(SendAll {
+                adds: p.adds,
+                amount: p.amount,
+            })
+            .wait()
+            .map_err(failed)?
+            .map_err(failed)?;
         Ok(clock.stop(total))
     }
 
@@ -523,20 +596,18 @@ impl super::Contender for Troubadour {
 
     fn pi(&self, p: &Pi) -> Outcome<f64> {
         let system = self.system();
+        let (done, result) = mpsc::channel();
         let clock = Stopwatch::start();
-        let workers = (0..p.workers)
-            .map(|_| system.spawn(PiWorker { terms: p.terms }))
-            .collect::<Result<Vec<_>, _>>()
+        system
+            .spawn(Coordinator {
+                items: p.items,
+                terms: p.terms,
+                workers: p.workers,
+                received: 0,
+                sum: 0.0,
+                done,
+            })
             .map_err(failed)?;
-        // The driver is the coordinator: all asks go out at once, then the
-        // replies are summed.
-        let asks: Vec<_> = (0..p.items)
-            .map(|i| workers[i as usize % workers.len()].ask(Item(i)))
-            .collect();
-        let mut sum = 0.0;
-        for a in asks {
-            sum += a.wait().map_err(failed)?;
-        }
-        Ok(clock.stop(sum))
+        Ok(clock.stop(wait(&result)?))
     }
 }

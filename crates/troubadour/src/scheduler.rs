@@ -64,7 +64,11 @@ pub(crate) struct Scheduler {
 }
 
 impl Scheduler {
-    pub(crate) fn new(threads: usize, budget: u32, tokio: tokio::runtime::Handle) -> Self {
+    pub(crate) fn new(
+        threads: usize,
+        budget: u32,
+        tokio: tokio::runtime::Handle,
+    ) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let deques: Vec<Worker<Task>> = (0..threads).map(|_| Worker::new_lifo()).collect();
         let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
@@ -78,27 +82,34 @@ impl Scheduler {
             shutdown: AtomicBool::new(false),
             budget: budget.max(1),
         });
-        let handles = deques
-            .into_iter()
-            .zip(parkers)
-            .enumerate()
-            .map(|(index, (deque, parker))| {
-                let shared = shared.clone();
-                let tokio = tokio.clone();
-                std::thread::Builder::new()
-                    .name(format!("troubadour-worker-{index}"))
-                    .spawn(move || {
-                        let _runtime = tokio.enter();
-                        run_worker(shared, index, deque, parker)
-                    })
-                    .expect("failed to spawn a troubadour worker thread")
-            })
-            .collect();
-        Scheduler {
+        let mut handles = Vec::with_capacity(threads);
+        for (index, (deque, parker)) in deques.into_iter().zip(parkers).enumerate() {
+            let (worker_shared, worker_tokio) = (shared.clone(), tokio.clone());
+            let spawned = std::thread::Builder::new()
+                .name(format!("troubadour-worker-{index}"))
+                .spawn(move || {
+                    let _runtime = worker_tokio.enter();
+                    run_worker(worker_shared, index, deque, parker)
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // Stop the workers already started before reporting.
+                    let partial = Scheduler {
+                        shared,
+                        threads: Mutex::new(handles),
+                        tokio,
+                    };
+                    partial.shutdown();
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Scheduler {
             shared,
             threads: Mutex::new(handles),
             tokio,
-        }
+        })
     }
 
     /// Queues an actor whose consumer role the caller holds.

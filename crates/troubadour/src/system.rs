@@ -400,7 +400,19 @@ impl ActorSystemBuilder {
     }
 
     /// Starts the system.
+    ///
+    /// # Panics
+    /// If the operating system refuses the worker threads; use
+    /// [`try_build`](Self::try_build) to handle that as an error.
     pub fn build(self) -> ActorSystem {
+        match self.try_build() {
+            Ok(system) => system,
+            Err(e) => panic!("cannot start the actor system: {e}"),
+        }
+    }
+
+    /// Starts the system, reporting a refused thread or runtime as an error.
+    pub fn try_build(self) -> std::io::Result<ActorSystem> {
         let current = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -411,13 +423,12 @@ impl ActorSystemBuilder {
                     .worker_threads(1)
                     .thread_name("troubadour-io")
                     .enable_all()
-                    .build()
-                    .expect("failed to start the tokio runtime for actor I/O and timers");
+                    .build()?;
                 (rt.handle().clone(), Some(rt))
             }
         };
         let core = Arc::new(SystemCore {
-            scheduler: Scheduler::new(self.worker_threads, self.budget, tokio.clone()),
+            scheduler: Scheduler::new(self.worker_threads, self.budget, tokio.clone())?,
             dead_letters: DeadLetters::default(),
             registry: Registry::default(),
             timers: Timers::default(),
@@ -431,10 +442,10 @@ impl ActorSystemBuilder {
             next_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
         });
-        ActorSystem {
+        Ok(ActorSystem {
             handle: SystemHandle { core },
             default_deadline: Duration::from_secs(5),
-        }
+        })
     }
 }
 

@@ -1,0 +1,373 @@
+//! An actor's lifecycle: control signals, stop (children first), failure
+//! and restart, and the parent's side of supervision. Runs on the actor's
+//! own turn, under the same consumer-role rule as the rest of the cell.
+
+use super::{ActorCell, AfterChildren, Extras, Phase, Request};
+use crate::actor::Actor;
+use crate::envelope::Envelope;
+use crate::exit::{ActorId, Down, ExitReason, Exited};
+use crate::mailbox::{Pop, SignalStack};
+use crate::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
+use crate::signal::{Signal, SignalNode, Watcher};
+use crate::supervision::Restart;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+impl<A: Actor> ActorCell<A> {
+    pub(super) unsafe fn process_signals(self: &Arc<Self>) {
+        if self.signals.looks_empty() {
+            return;
+        }
+        let mut node = self.signals.take_all();
+        while !node.is_null() {
+            let next = SignalStack::next_of(node);
+            let signal = SignalNode::unbox(node);
+            if self.phase() == Phase::Stopped {
+                self.signal_after_stop(signal);
+            } else {
+                self.handle_signal(signal);
+            }
+            node = next;
+        }
+    }
+
+    pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
+        match signal {
+            Signal::Stop(reason) => self.begin_stop(reason),
+            Signal::Kill => self.abnormal(ExitReason::Killed, true),
+            Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
+            Signal::Link(other) => self.extras().links.push(other),
+            Signal::Unlink(id) => self.extras().links.retain(|l| l.id() != id),
+            Signal::Watch(w) => self.extras().watchers.push(w),
+            Signal::Unwatch(watcher) => self
+                .extras()
+                .watchers
+                .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
+            Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
+            Signal::ChildExited { id, .. } => {
+                let extras = self.extras();
+                extras.children.remove(&id);
+                if self.phase() == Phase::Draining && extras.children.is_empty() {
+                    self.after_children();
+                }
+            }
+            Signal::Restart(reason) => self.restart(reason),
+        }
+    }
+
+    /// Signals that reach an actor that has already stopped.
+    pub(super) unsafe fn signal_after_stop(self: &Arc<Self>, signal: Signal) {
+        let reason = if self.run.load() & EXITED_NORMAL != 0 {
+            ExitReason::Normal
+        } else {
+            self.extras_opt()
+                .and_then(|e| e.exit_reason.clone())
+                .unwrap_or(ExitReason::NoProc)
+        };
+        match signal {
+            Signal::Watch(w) => deliver_down(w, self.id, reason),
+            Signal::Link(other) => other.signal(Signal::Exit {
+                from: self.id,
+                reason: ExitReason::NoProc,
+            }),
+            _ => {}
+        }
+    }
+
+    pub(super) unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
+        let extras = self.extras();
+        extras.links.retain(|l| l.id() != from);
+        if extras.trap_exits && reason != ExitReason::Killed {
+            if let Some(make) = extras.exited_vtable {
+                // Trapped exits become ordinary messages, ahead of the
+                // mailbox like every signal.
+                extras.replay.push_back(make(Exited { id: from, reason }));
+                return;
+            }
+        }
+        if reason != ExitReason::Normal {
+            self.abnormal(reason, false);
+        }
+    }
+
+    /// The actor dies or fails for `reason`. A restartable actor waits in
+    /// `Failed` for its supervisor; others stop. `brutal` (kill) skips hooks
+    /// and does not wait for children.
+    pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
+        match self.phase() {
+            Phase::Stopped => return,
+            Phase::Failed if !brutal => return,
+            _ => {}
+        }
+        self.drop_suspended();
+        if brutal {
+            self.drop_actor();
+        }
+        if self.restartable(&reason) && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
+        {
+            self.set_phase(Phase::Failed);
+            self.tell_parent(Signal::ChildFailed {
+                id: self.id,
+                reason,
+            });
+        } else if brutal {
+            self.kill_children();
+            self.finish_stop(reason);
+        } else {
+            self.begin_stop(reason);
+        }
+    }
+
+    pub(super) unsafe fn self_stop(self: &Arc<Self>, reason: ExitReason) {
+        if self.restartable(&reason) {
+            // A permanent actor that stops itself is restarted.
+            self.abnormal(reason, false);
+        } else {
+            self.begin_stop(reason);
+        }
+    }
+
+    pub(super) unsafe fn restartable(&self, reason: &ExitReason) -> bool {
+        match self.extras_opt() {
+            Some(e) if e.factory.is_some() => match e.restart {
+                Restart::Permanent => true,
+                Restart::Transient => !reason.is_normal(),
+                Restart::Temporary => false,
+            },
+            _ => false,
+        }
+    }
+
+    pub(super) unsafe fn drop_suspended(&self) {
+        if let Some(e) = self.extras_opt() {
+            if let Some(fut) = e.suspended.take() {
+                let _ = catch_unwind(AssertUnwindSafe(|| drop(fut)));
+            }
+        }
+    }
+
+    pub(super) fn cancel_timers(extras: &mut Extras<A>) {
+        for t in extras.timers.drain(..) {
+            t.cancel();
+        }
+    }
+
+    /// Stop: `stopping` hook, stop children and wait for them, then finish.
+    pub(super) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
+        match self.phase() {
+            Phase::Stopped => return,
+            Phase::Draining => {
+                // Already waiting for children; a stop wins over a restart.
+                self.extras().then = Some(AfterChildren::Stop(reason));
+                return;
+            }
+            _ => {}
+        }
+        self.drop_suspended();
+        if self.phase() != Phase::Failed {
+            self.guarded_hook(|a, c| a.stopping(c));
+        }
+        if self.stop_children_then(AfterChildren::Stop(reason.clone())) {
+            return;
+        }
+        self.finish_stop(reason);
+    }
+
+    /// Cancels timers and asks every child to stop. `true` if there are
+    /// children to wait for: the phase is then `Draining` and `then` runs
+    /// when the last one has exited (`after_children`).
+    unsafe fn stop_children_then(&self, then: AfterChildren) -> bool {
+        let Some(extras) = self.extras_opt() else {
+            return false;
+        };
+        Self::cancel_timers(extras);
+        if extras.children.is_empty() {
+            return false;
+        }
+        for child in extras.children.values() {
+            child.signal(Signal::Stop(ExitReason::Shutdown));
+        }
+        extras.then = Some(then);
+        self.set_phase(Phase::Draining);
+        true
+    }
+
+    pub(super) unsafe fn kill_children(&self) {
+        if let Some(extras) = self.extras_opt() {
+            for child in std::mem::take(&mut extras.children).values() {
+                child.signal(Signal::Kill);
+            }
+        }
+    }
+
+    pub(super) unsafe fn after_children(self: &Arc<Self>) {
+        match self.extras().then.take() {
+            Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
+            Some(AfterChildren::Restart(reason)) => self.rebuild(reason),
+            None => {}
+        }
+    }
+
+    /// The end: hooks, drop the actor, close the mailbox, tell everyone.
+    pub(super) unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
+        self.guarded_hook(|a, c| a.stopped(c));
+        self.drop_actor();
+        self.set_phase(Phase::Stopped);
+        self.run.set(CLOSED);
+        if self.run.load() & NAMED != 0 {
+            self.system.registry.remove_actor(self.id);
+        }
+        let extras = (*self.extras.get()).take().map(|b| *b).unwrap_or_default();
+        let Extras {
+            parent,
+            links,
+            watchers,
+            mut stash,
+            mut replay,
+            mut timers,
+            ..
+        } = extras;
+        for t in timers.drain(..) {
+            t.cancel();
+        }
+        while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
+            self.system
+                .dead_letters
+                .record(self.id, Envelope::discard(env));
+        }
+        if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            // Wakes senders waiting for room: they get `Stopped`.
+            sem.close();
+        }
+        self.drain_mailbox();
+        for w in watchers {
+            deliver_down(w, self.id, reason.clone());
+        }
+        for l in links {
+            l.signal(Signal::Exit {
+                from: self.id,
+                reason: reason.clone(),
+            });
+        }
+        // Kept for monitors that arrive late; a normal exit needs no
+        // allocation to remember.
+        if reason == ExitReason::Normal {
+            self.run.set(EXITED_NORMAL);
+        } else {
+            self.extras().exit_reason = Some(reason.clone());
+        }
+        if self.run.load() & DETACHED != 0 {
+            return;
+        }
+        let exited = Signal::ChildExited { id: self.id };
+        match parent {
+            Some(p) => p.signal(exited),
+            None => self.system.guardian.on_signal(self.id, exited),
+        }
+    }
+
+    pub(super) unsafe fn drain_mailbox(&self) {
+        loop {
+            match self.mailbox.pop() {
+                Pop::Data(link) => {
+                    let env = self.popped(link);
+                    self.system
+                        .dead_letters
+                        .record(self.id, Envelope::discard(env));
+                }
+                Pop::Empty => return,
+                Pop::Inconsistent => std::thread::yield_now(),
+            }
+        }
+    }
+
+    /// Called by whoever owns a stopped actor's consumer role.
+    pub(super) fn drain_closed(self: &Arc<Self>) {
+        // SAFETY: the caller holds the SCHEDULED bit.
+        unsafe {
+            self.process_signals();
+            self.drain_mailbox();
+        }
+    }
+
+    pub(super) fn has_input_closed(&self) -> bool {
+        !self.signals.looks_empty() || !self.mailbox.looks_empty()
+    }
+
+    /// Parent → child restart: hooks, stop children, rebuild from factory.
+    pub(super) unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
+        if self.phase() == Phase::Stopped {
+            return;
+        }
+        if self.extras_opt().is_none_or(|e| e.factory.is_none()) {
+            // Cannot restart (spawned from a value): stop instead.
+            let stop_reason = if self.phase() == Phase::Failed {
+                reason
+            } else {
+                ExitReason::Shutdown
+            };
+            self.begin_stop(stop_reason);
+            return;
+        }
+        self.drop_suspended();
+        self.guarded_hook(|a, c| a.before_restart(&reason, c));
+        if self.stop_children_then(AfterChildren::Restart(reason.clone())) {
+            return;
+        }
+        self.rebuild(reason);
+    }
+
+    pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
+        self.drop_actor();
+        *self.request.get() = Request::None;
+        let factory = self
+            .extras()
+            .factory
+            .as_mut()
+            .expect("restart without factory");
+        let fresh = factory();
+        (*self.actor.get()).write(fresh);
+        *self.has_actor.get() = true;
+        self.set_phase(Phase::Running);
+        self.actor_mut().after_restart(&reason, &mut self.context());
+        self.after_user_code();
+    }
+
+    pub(super) unsafe fn on_child_failed(self: &Arc<Self>, child: ActorId, reason: ExitReason) {
+        if !matches!(self.phase(), Phase::Running | Phase::Starting) {
+            // We are stopping or failed ourselves; the child is stopped with us.
+            return;
+        }
+        let strategy = self.actor_mut().supervisor_strategy();
+        let extras = self.extras();
+        if !extras.children.contains_key(&child) {
+            return;
+        }
+        if !extras.restarts.allow(&strategy) {
+            // Too many restarts: fail ourselves and let our supervisor decide.
+            self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
+            return;
+        }
+        for target in strategy.kind.affected(child, &extras.children) {
+            target.signal(Signal::Restart(reason.clone()));
+        }
+    }
+
+    pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
+        match self.extras_opt().and_then(|e| e.parent.clone()) {
+            Some(p) => p.signal(signal),
+            None => self.system.guardian.on_signal(self.id, signal),
+        }
+    }
+}
+
+fn deliver_down(w: Watcher, id: ActorId, reason: ExitReason) {
+    match w {
+        Watcher::Actor { down, .. } => {
+            let _ = down.tell(Down { id, reason });
+        }
+        Watcher::Waiter(tx) => {
+            let _ = tx.send(reason);
+        }
+    }
+}
