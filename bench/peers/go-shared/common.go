@@ -158,3 +158,20 @@ func leibniz(from, to int) float64 {
 	}
 	return s
 }
+
+// runAndEmit runs the workload named on the command line, turns a panic into
+// a failed result, and prints the result line. Each peer's main calls it
+// with its own workload switch.
+func runAndEmit(impl string, run func(workload string, quick bool) result) {
+	workload, quick := parseArgs(os.Args[1:])
+	var r result
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				r = result{Ok: false, Error: fmt.Sprintf("panic: %v", p)}
+			}
+		}()
+		r = run(workload, quick)
+	}()
+	emit(workload, impl, r)
+}

@@ -10,7 +10,6 @@ package main
 
 import (
 	"fmt"
-	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -34,17 +33,7 @@ func newEngine() *actor.Engine {
 }
 
 func main() {
-	workload, quick := parseArgs(os.Args[1:])
-	var r result
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r = result{Ok: false, Error: fmt.Sprintf("panic: %v", p)}
-			}
-		}()
-		r = run(workload, quick)
-	}()
-	emit(workload, "hollywood", r)
+	runAndEmit("hollywood", run)
 }
 
 func run(w string, quick bool) result {

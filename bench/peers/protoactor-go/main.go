@@ -8,7 +8,6 @@
 package main
 
 import (
-	"fmt"
 	"log/slog"
 	"os"
 	"runtime"
@@ -36,17 +35,7 @@ func newSystem() *actor.ActorSystem {
 }
 
 func main() {
-	workload, quick := parseArgs(os.Args[1:])
-	var r result
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				r = result{Ok: false, Error: fmt.Sprintf("panic: %v", p)}
-			}
-		}()
-		r = run(workload, quick)
-	}()
-	emit(workload, "protoactor-go", r)
+	runAndEmit("protoactor-go", run)
 }
 
 func run(w string, quick bool) result {

@@ -96,6 +96,26 @@ pub trait Contender {
     }
 }
 
+/// A fresh multi-thread tokio runtime with `threads` workers, as the
+/// tokio-based implementations use.
+fn tokio_runtime(threads: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .expect("build tokio runtime")
+}
+
+/// Runs `driver` as a task on a fresh runtime (not on the calling thread),
+/// so the driver works on the runtime's workers like the actors do.
+fn run_on_tokio<T: Send + 'static>(
+    threads: usize,
+    driver: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    tokio_runtime(threads)
+        .block_on(async { tokio::spawn(driver).await.expect("driver task panicked") })
+}
+
 fn not_written() -> Failure {
     Failure::Unsupported("not written for this implementation".into())
 }

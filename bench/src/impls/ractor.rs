@@ -28,17 +28,12 @@ impl Ractor {
     }
 
     fn runtime(&self) -> tokio::runtime::Runtime {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.threads)
-            .enable_all()
-            .build()
-            .expect("build tokio runtime")
+        super::tokio_runtime(self.threads)
     }
 
     /// Runs `driver` as a task on a fresh multi-thread runtime.
     fn run<T: Send + 'static>(&self, driver: impl Future<Output = T> + Send + 'static) -> T {
-        self.runtime()
-            .block_on(async { tokio::spawn(driver).await.expect("driver task panicked") })
+        super::run_on_tokio(self.threads, driver)
     }
 }
 

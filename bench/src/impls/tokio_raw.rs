@@ -28,12 +28,7 @@ impl TokioRaw {
 
     /// Runs `driver` as a task on a fresh multi-thread runtime.
     fn run<T: Send + 'static>(&self, driver: impl Future<Output = T> + Send + 'static) -> T {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.threads)
-            .enable_all()
-            .build()
-            .expect("build tokio runtime");
-        runtime.block_on(async { tokio::spawn(driver).await.expect("driver task panicked") })
+        super::run_on_tokio(self.threads, driver)
     }
 }
 
@@ -271,11 +266,7 @@ impl super::Contender for TokioRaw {
 
     fn idle(&self, p: &Idle, memory: &mut IdleMemory) -> Outcome<IdleReport> {
         let n = p.actors;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(self.threads)
-            .enable_all()
-            .build()
-            .expect("build tokio runtime");
+        let runtime = super::tokio_runtime(self.threads);
         memory.before_spawn();
         let (mailboxes, run) = runtime.block_on(async move {
             tokio::spawn(async move {
