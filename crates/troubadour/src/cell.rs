@@ -203,18 +203,19 @@ impl<A: Actor> ActorCell<A> {
         self.notify(0);
     }
 
+    /// After enqueueing: the fast path (already scheduled: one load) stays
+    /// inline; taking ownership does not.
     #[inline]
     fn notify(self: &Arc<Self>, extra: u32) {
-        // The common case under load, kept inline: already scheduled.
-        if extra == 0 && self.run.load() & SCHEDULED != 0 {
-            return;
+        match self.run.notify(extra) {
+            Notify::AlreadyScheduled => {}
+            acquired => self.acquired(acquired),
         }
-        self.notify_slow(extra);
     }
 
     #[inline(never)]
-    fn notify_slow(self: &Arc<Self>, extra: u32) {
-        match self.run.notify(extra) {
+    fn acquired(self: &Arc<Self>, how: Notify) {
+        match how {
             Notify::AlreadyScheduled => {}
             Notify::Acquired => self.schedule(),
             Notify::AcquiredClosed => {
