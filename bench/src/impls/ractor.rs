@@ -410,7 +410,10 @@ impl Actor for Master {
         } else {
             s.collector.cast(CollectorMsg::MasterDone)?;
             if let Some(worker) = s.worker.take() {
-                worker.stop(None);
+                // `drain`, not `stop`: a stop signal overtakes the worker's
+                // queued factorisations, and the collector would wait for
+                // one that never comes.
+                worker.drain()?;
             }
             me.stop(None);
         }
