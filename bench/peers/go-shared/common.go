@@ -159,10 +159,47 @@ func leibniz(from, to int) float64 {
 	return s
 }
 
+// workloads is one Go peer's implementation of each workload; the sizes
+// (full and --quick) are defined once, here, for every Go peer.
+type workloads struct {
+	counting func(n int) result
+	pingpong func(pairs, perPair, batch int) result
+	skynet   func(leaves, div int) result
+	fanin    func(senders, n int) result
+	rings    func(nRings, links, tok, rounds int) result
+	idle     func(n int) result
+	pi       func(items, terms int) result
+}
+
+func (ws workloads) run(w string, quick bool) result {
+	pick := func(q, full int) int {
+		if quick {
+			return q
+		}
+		return full
+	}
+	switch w {
+	case "counting":
+		return ws.counting(pick(100_000, 3_000_000))
+	case "pingpong":
+		return ws.pingpong(runtime.NumCPU()*2, pick(10_000, 1_000_000), 100)
+	case "skynet":
+		return ws.skynet(pick(10_000, 1_000_000), 10)
+	case "fanin":
+		return ws.fanin(20, pick(10_000, 1_000_000))
+	case "rings":
+		return ws.rings(20, 49, pick(100, 10_000), pick(2, 5))
+	case "idle":
+		return ws.idle(pick(10_000, 1_000_000))
+	case "pi":
+		return ws.pi(pick(100, 1000), pick(1000, 10_000))
+	}
+	return result{Ok: false, Error: "unknown workload " + w}
+}
+
 // runAndEmit runs the workload named on the command line, turns a panic into
-// a failed result, and prints the result line. Each peer's main calls it
-// with its own workload switch.
-func runAndEmit(impl string, run func(workload string, quick bool) result) {
+// a failed result, and prints the result line.
+func runAndEmit(impl string, ws workloads) {
 	workload, quick := parseArgs(os.Args[1:])
 	var r result
 	func() {
@@ -171,7 +208,7 @@ func runAndEmit(impl string, run func(workload string, quick bool) result) {
 				r = result{Ok: false, Error: fmt.Sprintf("panic: %v", p)}
 			}
 		}()
-		r = run(workload, quick)
+		r = ws.run(workload, quick)
 	}()
 	emit(workload, impl, r)
 }

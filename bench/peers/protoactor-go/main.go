@@ -35,39 +35,15 @@ func newSystem() *actor.ActorSystem {
 }
 
 func main() {
-	runAndEmit("protoactor-go", run)
-}
-
-func run(w string, quick bool) result {
-	pick := func(q, full int) int {
-		if quick {
-			return q
-		}
-		return full
-	}
-	switch w {
-	case "counting":
-		return counting(pick(100_000, 3_000_000))
-	case "pingpong":
-		return pingpong(runtime.NumCPU()*2, pick(10_000, 1_000_000), 100)
-	case "skynet":
-		return skynet(pick(10_000, 1_000_000), 10)
-	case "fanin":
-		return fanin(20, pick(10_000, 1_000_000))
-	case "rings":
-		if quick {
-			return rings(20, 49, 100, 2)
-		}
-		return rings(20, 49, 10_000, 5)
-	case "idle":
-		return idle(pick(10_000, 1_000_000))
-	case "pi":
-		if quick {
-			return pi(100, 1000)
-		}
-		return pi(1000, 10_000)
-	}
-	return result{Ok: false, Error: "unknown workload " + w}
+	runAndEmit("protoactor-go", workloads{
+		counting: counting,
+		pingpong: pingpong,
+		skynet:   skynet,
+		fanin:    fanin,
+		rings:    rings,
+		idle:     idle,
+		pi:       pi,
+	})
 }
 
 // ------------------------------------------------------------ 1 counting

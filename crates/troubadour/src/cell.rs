@@ -572,12 +572,6 @@ impl<A: Actor> ActorCell<A> {
                 || (state & CLOSED != 0 && !self.mailbox.looks_empty())
         })
     }
-
-    /// Drops the actor in place if it never ran (used when a spawn is
-    /// rolled back or a local actor is discarded).
-    pub(crate) unsafe fn stop_now(self: &Arc<Self>, reason: ExitReason) {
-        self.begin_stop(reason);
-    }
 }
 
 impl<A: Actor> Runnable for ActorCell<A> {

@@ -148,7 +148,7 @@ impl<A: Actor> LocalActor<A> {
             // give back the role; the reference reports it as stopped.
             cell.set_detached(true);
             // SAFETY: we hold the consumer role.
-            unsafe { cell.stop_now(ExitReason::Shutdown) };
+            unsafe { cell.begin_stop(ExitReason::Shutdown) };
             cell.release_all();
             return actor_ref;
         }
@@ -161,7 +161,7 @@ impl<A: Actor> Drop for LocalActor<A> {
     fn drop(&mut self) {
         if let Some(cell) = self.cell.take() {
             // SAFETY: we hold the consumer role.
-            unsafe { cell.stop_now(ExitReason::Normal) };
+            unsafe { cell.begin_stop(ExitReason::Normal) };
             cell.release_all();
         }
     }

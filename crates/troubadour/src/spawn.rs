@@ -140,7 +140,7 @@ pub(crate) fn spawn_actor<A: Actor>(
             if let Err(e) = core.scheduler.spawn_dedicated(cell.clone(), parker) {
                 // Never ran: stop it so its parent and name are released.
                 // SAFETY: we still hold the consumer role the cell was born with.
-                unsafe { cell.stop_now(crate::ExitReason::Shutdown) };
+                unsafe { cell.begin_stop(crate::ExitReason::Shutdown) };
                 return Err(SpawnError::NoThread(e.to_string()));
             }
         }

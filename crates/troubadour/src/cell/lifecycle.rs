@@ -153,7 +153,7 @@ impl<A: Actor> ActorCell<A> {
     }
 
     /// Stop: `stopping` hook, stop children and wait for them, then finish.
-    pub(super) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
+    pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
         match self.phase() {
             Phase::Stopped => return,
             Phase::Draining => {
