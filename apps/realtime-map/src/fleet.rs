@@ -1,0 +1,419 @@
+//! The actors: one [`Vehicle`] per bus, keeping its latest state, under one
+//! [`Fleet`] that routes positions to them, creates them on a first
+//! position, and supervises them.
+//!
+//! Passivation follows Akka's sharding protocol, so that no position is lost
+//! to a vehicle that is stopping: after `idle` without a position a vehicle
+//! asks the fleet to passivate it; the fleet stops routing to it, buffers
+//! what arrives for it, and tells it to stop through its mailbox (behind
+//! every position already sent). When the vehicle is down, buffered
+//! positions go to a fresh incarnation.
+//!
+//! A vehicle that fails is restarted by the fleet (one-for-one) with empty
+//! state, and fills again from the next position.
+
+use crate::hfp::Position;
+use crate::metrics::Metrics;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::broadcast;
+use troubadour::prelude::*;
+
+/// The name a vehicle actor is registered under, for look-ups by id.
+pub fn vehicle_name(id: &str) -> String {
+    format!("vehicle/{id}")
+}
+
+impl Message for Position {
+    type Reply = ();
+}
+
+/// A vehicle's latest state, as `GET /vehicle` answers it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct VehicleState {
+    /// `<oper>/<veh>`.
+    pub id: Arc<str>,
+    /// Route id.
+    pub route: String,
+    /// The line shown to passengers.
+    pub line: String,
+    /// Latitude.
+    pub lat: f64,
+    /// Longitude.
+    pub long: f64,
+    /// m/s.
+    pub speed: f64,
+    /// Degrees.
+    pub heading: f64,
+    /// The vehicle's own timestamp of this position.
+    pub timestamp: String,
+    /// Positions this actor (this incarnation) has applied.
+    pub updates: u64,
+}
+
+/// One bus.
+pub struct Vehicle {
+    id: Arc<str>,
+    state: Option<VehicleState>,
+    updates: u64,
+    last_position: Instant,
+    idle: Duration,
+    /// Set once this vehicle has asked to be passivated.
+    passivating: bool,
+    fleet: ActorRef<Fleet>,
+    metrics: Arc<Metrics>,
+}
+
+impl Vehicle {
+    fn new(id: Arc<str>, idle: Duration, fleet: ActorRef<Fleet>, metrics: Arc<Metrics>) -> Self {
+        Vehicle {
+            id,
+            state: None,
+            updates: 0,
+            last_position: Instant::now(),
+            idle,
+            passivating: false,
+            fleet,
+            metrics,
+        }
+    }
+}
+
+/// Checked at a quarter of the idle time, so passivation happens between
+/// `idle` and `1.25 × idle` after the last position.
+#[derive(Clone)]
+struct CheckIdle;
+
+impl Message for CheckIdle {
+    type Reply = ();
+}
+
+impl Actor for Vehicle {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let every = (self.idle / 4).max(Duration::from_millis(5));
+        ctx.send_interval(every, CheckIdle);
+    }
+
+    fn after_restart(&mut self, _: &ExitReason, ctx: &mut Context<Self>) {
+        self.metrics.vehicle_restarts.fetch_add(1, Relaxed);
+        self.started(ctx);
+    }
+
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.metrics.vehicles_alive.fetch_sub(1, Relaxed);
+    }
+}
+
+impl Handler<Position> for Vehicle {
+    fn handle(&mut self, p: Position, ctx: &mut Context<Self>) {
+        self.metrics.positions_handled.fetch_add(1, Relaxed);
+        if p.id != self.id {
+            // The fleet routes by id; a position for another bus means the
+            // routing is broken, and this actor's state can't be trusted.
+            ctx.fail(format!(
+                "vehicle {} was sent a position of vehicle {}",
+                self.id, p.id
+            ));
+            return;
+        }
+        self.last_position = Instant::now();
+        self.updates += 1;
+        self.state = Some(VehicleState {
+            id: p.id,
+            route: p.route,
+            line: p.line,
+            lat: p.lat,
+            long: p.long,
+            speed: p.speed,
+            heading: p.heading,
+            timestamp: p.timestamp,
+            updates: self.updates,
+        });
+    }
+}
+
+impl Handler<CheckIdle> for Vehicle {
+    fn handle(&mut self, _: CheckIdle, ctx: &mut Context<Self>) {
+        if !self.passivating && self.last_position.elapsed() >= self.idle {
+            self.passivating = true;
+            // If the fleet is gone, so is this vehicle (it is the parent).
+            let _ = self.fleet.tell(Passivate(ctx.id()));
+        }
+    }
+}
+
+/// The fleet's answer to [`Passivate`], queued behind every position it
+/// routed to this vehicle.
+struct StopNow;
+
+impl Message for StopNow {
+    type Reply = ();
+}
+
+impl Handler<StopNow> for Vehicle {
+    fn handle(&mut self, _: StopNow, ctx: &mut Context<Self>) {
+        self.metrics.vehicles_passivated.fetch_add(1, Relaxed);
+        ctx.stop();
+    }
+}
+
+/// Asks a vehicle for its state: `None` right after a restart, until its
+/// next position.
+pub struct GetState;
+
+impl Message for GetState {
+    type Reply = Option<VehicleState>;
+}
+
+impl Handler<GetState> for Vehicle {
+    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<VehicleState> {
+        self.state.clone()
+    }
+}
+
+/// A change on the map, streamed to browsers.
+#[derive(Clone, Debug, Serialize)]
+pub struct Moved {
+    /// Vehicle id.
+    pub id: Arc<str>,
+    /// Latitude.
+    pub lat: f64,
+    /// Longitude.
+    pub long: f64,
+    /// Heading, degrees.
+    pub heading: f64,
+    /// Line shown to passengers.
+    pub line: String,
+}
+
+/// What changed since the previous batch: JSON
+/// `{"moved":[{id,lat,long,heading,line}…],"gone":[id…]}`.
+pub type MapBatch = Arc<str>;
+
+/// A vehicle asks to be stopped for being idle.
+struct Passivate(ActorId);
+
+impl Message for Passivate {
+    type Reply = ();
+}
+
+/// The fleet's view of one vehicle actor.
+struct Entry {
+    actor: ActorRef<Vehicle>,
+    /// `Some` while it is passivating: positions that arrived meanwhile,
+    /// for its next incarnation.
+    buffered: Option<Vec<Position>>,
+}
+
+/// Routes positions to vehicles and supervises them.
+pub struct Fleet {
+    vehicles: HashMap<Arc<str>, Entry>,
+    /// Which vehicle an actor is, for its `Down`.
+    ids: HashMap<ActorId, Arc<str>>,
+    idle: Duration,
+    metrics: Arc<Metrics>,
+    updates: broadcast::Sender<MapBatch>,
+    moved: HashMap<Arc<str>, Moved>,
+    gone: Vec<Arc<str>>,
+}
+
+/// How often the map's changes are sent to browsers.
+const MAP_BATCH_EVERY: Duration = Duration::from_millis(250);
+
+impl Fleet {
+    /// A fleet whose vehicles passivate after `idle`, and whose map changes
+    /// go to `updates`.
+    pub fn new(
+        idle: Duration,
+        metrics: Arc<Metrics>,
+        updates: broadcast::Sender<MapBatch>,
+    ) -> Self {
+        Fleet {
+            vehicles: HashMap::new(),
+            ids: HashMap::new(),
+            idle,
+            metrics,
+            updates,
+            moved: HashMap::new(),
+            gone: Vec::new(),
+        }
+    }
+
+    /// Creates the vehicle `id` and hands it `positions`, in order.
+    fn spawn_vehicle(&mut self, id: Arc<str>, positions: Vec<Position>, ctx: &mut Context<Self>) {
+        let (idle, metrics, fleet) = (self.idle, self.metrics.clone(), ctx.myself());
+        let factory_id = id.clone();
+        let spawned = ctx.spawn_factory_with_options(
+            SpawnOptions::new()
+                .name(vehicle_name(&id))
+                .restart(Restart::Transient),
+            move || Vehicle::new(factory_id.clone(), idle, fleet.clone(), metrics.clone()),
+        );
+        let vehicle = match spawned {
+            Ok(vehicle) => vehicle,
+            Err(e) => {
+                // Only while the system shuts down.
+                let dropped = positions.len() as u64;
+                self.metrics.positions_handled.fetch_add(dropped, Relaxed);
+                tracing::debug!("could not create vehicle {id}: {e}");
+                return;
+            }
+        };
+        ctx.monitor(&vehicle);
+        self.metrics.vehicles_spawned.fetch_add(1, Relaxed);
+        self.metrics.vehicles_alive.fetch_add(1, Relaxed);
+        for p in positions {
+            if vehicle.tell(p).is_err() {
+                self.metrics.positions_handled.fetch_add(1, Relaxed);
+            }
+        }
+        self.ids.insert(vehicle.id(), id.clone());
+        self.vehicles.insert(
+            id,
+            Entry {
+                actor: vehicle,
+                buffered: None,
+            },
+        );
+    }
+
+    fn note_moved(&mut self, p: &Position) {
+        if self.updates.receiver_count() == 0 {
+            return;
+        }
+        self.moved.insert(
+            p.id.clone(),
+            Moved {
+                id: p.id.clone(),
+                lat: p.lat,
+                long: p.long,
+                heading: p.heading,
+                line: p.line.clone(),
+            },
+        );
+    }
+}
+
+impl Actor for Fleet {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.send_interval(MAP_BATCH_EVERY, Flush);
+    }
+
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        // Vehicles fail independently; a burst of failures across a large
+        // fleet is not a reason to take every vehicle down.
+        SupervisorStrategy::new(Strategy::OneForOne).intensity(1_000, Duration::from_secs(10))
+    }
+}
+
+impl Handler<Position> for Fleet {
+    fn handle(&mut self, p: Position, ctx: &mut Context<Self>) {
+        self.metrics.positions_routed.fetch_add(1, Relaxed);
+        self.note_moved(&p);
+        let Some(entry) = self.vehicles.get_mut(&p.id) else {
+            self.spawn_vehicle(p.id.clone(), vec![p], ctx);
+            return;
+        };
+        if let Some(buffer) = &mut entry.buffered {
+            buffer.push(p);
+            return;
+        }
+        match entry.actor.tell(p) {
+            Ok(()) => {}
+            // Vehicle mailboxes are unbounded, and a vehicle only stops
+            // through the fleet, so this is a vehicle that was killed: its
+            // `Down` is on the way. Keep the position for the next one.
+            Err(SendError::Stopped(p)) | Err(SendError::Full(p)) => {
+                entry.buffered.get_or_insert_with(Vec::new).push(p);
+            }
+        }
+    }
+}
+
+impl Handler<Passivate> for Fleet {
+    fn handle(&mut self, Passivate(actor): Passivate, _: &mut Context<Self>) {
+        let Some(entry) = self
+            .ids
+            .get(&actor)
+            .and_then(|id| self.vehicles.get_mut(id))
+        else {
+            return;
+        };
+        if entry.buffered.is_none() {
+            entry.buffered = Some(Vec::new());
+            // Behind every position already routed to it.
+            let _ = entry.actor.tell(StopNow);
+        }
+    }
+}
+
+impl Handler<Down> for Fleet {
+    fn handle(&mut self, down: Down, ctx: &mut Context<Self>) {
+        let Some(id) = self.ids.remove(&down.id) else {
+            return;
+        };
+        let buffered = self
+            .vehicles
+            .remove(&id)
+            .and_then(|e| e.buffered)
+            .unwrap_or_default();
+        if !down.reason.is_normal() {
+            tracing::warn!("vehicle {id} stopped: {}", down.reason);
+        }
+        if !buffered.is_empty() {
+            self.spawn_vehicle(id, buffered, ctx);
+            return;
+        }
+        self.moved.remove(&id);
+        if self.updates.receiver_count() > 0 {
+            self.gone.push(id);
+        }
+    }
+}
+
+/// Sends the map's changes since the last flush to browsers.
+#[derive(Clone)]
+struct Flush;
+
+impl Message for Flush {
+    type Reply = ();
+}
+
+impl Handler<Flush> for Fleet {
+    fn handle(&mut self, _: Flush, _: &mut Context<Self>) {
+        if self.moved.is_empty() && self.gone.is_empty() {
+            return;
+        }
+        #[derive(Serialize)]
+        struct Batch<'a> {
+            moved: Vec<&'a Moved>,
+            gone: &'a [Arc<str>],
+        }
+        let batch = Batch {
+            moved: self.moved.values().collect(),
+            gone: &self.gone,
+        };
+        if let Ok(json) = serde_json::to_string(&batch) {
+            // No receivers is fine: nobody is looking at the map.
+            let _ = self.updates.send(json.into());
+        }
+        self.moved.clear();
+        self.gone.clear();
+    }
+}
+
+/// Asks the fleet for every live vehicle.
+pub struct ListVehicles;
+
+impl Message for ListVehicles {
+    type Reply = Vec<ActorRef<Vehicle>>;
+}
+
+impl Handler<ListVehicles> for Fleet {
+    fn handle(&mut self, _: ListVehicles, _: &mut Context<Self>) -> Vec<ActorRef<Vehicle>> {
+        self.vehicles.values().map(|e| e.actor.clone()).collect()
+    }
+}

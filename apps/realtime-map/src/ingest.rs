@@ -1,0 +1,216 @@
+//! Positions in: an MQTT subscription whose messages become [`Position`]s
+//! told to the fleet, in the order the broker delivers them.
+
+use crate::fleet::Fleet;
+use crate::hfp::{self, Position, TOPIC_FILTER};
+use crate::metrics::Metrics;
+use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{oneshot, watch};
+use troubadour::ActorRef;
+
+/// An `mqtt://host:port` address that could not be used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BadMqttUrl(pub String);
+
+impl std::fmt::Display for BadMqttUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "`{}` is not an MQTT address; expected mqtt://host:port (for example mqtt://127.0.0.1:1883)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for BadMqttUrl {}
+
+/// Where a broker is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Broker {
+    /// Host name or address.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+}
+
+impl std::str::FromStr for Broker {
+    type Err = BadMqttUrl;
+
+    /// ```
+    /// use realtime_map::ingest::Broker;
+    /// let b: Broker = "mqtt://localhost:1884".parse().unwrap();
+    /// assert_eq!((b.host.as_str(), b.port), ("localhost", 1884));
+    /// assert_eq!("mqtt://10.0.0.1".parse::<Broker>().unwrap().port, 1883);
+    /// assert!("http://x:1".parse::<Broker>().is_err());
+    /// ```
+    fn from_str(url: &str) -> Result<Self, Self::Err> {
+        let bad = || BadMqttUrl(url.to_string());
+        let rest = url
+            .strip_prefix("mqtt://")
+            .or_else(|| url.strip_prefix("tcp://"))
+            .ok_or_else(bad)?;
+        let rest = rest.trim_end_matches('/');
+        let (host, port) = match rest.rsplit_once(':') {
+            Some((host, port)) => (host, port.parse().map_err(|_| bad())?),
+            None => (rest, 1883),
+        };
+        if host.is_empty() || host.contains('/') {
+            return Err(bad());
+        }
+        Ok(Broker {
+            host: host.trim_matches(['[', ']']).to_string(),
+            port,
+        })
+    }
+}
+
+impl std::fmt::Display for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "mqtt://{}:{}", self.host, self.port)
+    }
+}
+
+/// A client of `broker` named `client_id`, with its event loop.
+pub fn client(broker: &Broker, client_id: &str) -> (AsyncClient, EventLoop) {
+    let mut options = MqttOptions::new(client_id, broker.host.clone(), broker.port);
+    options.set_keep_alive(Duration::from_secs(30));
+    options.set_max_packet_size(256 * 1024, 256 * 1024);
+    AsyncClient::new(options, 4_096)
+}
+
+/// Reconnection pacing: quick retries at first (an embedded broker may be
+/// a moment from listening), then once a second. Errors are logged only
+/// once they persist.
+pub struct Backoff {
+    failing_since: Option<Instant>,
+}
+
+impl Backoff {
+    /// No failure yet.
+    pub fn new() -> Self {
+        Backoff {
+            failing_since: None,
+        }
+    }
+
+    /// The connection works.
+    pub fn succeeded(&mut self) {
+        self.failing_since = None;
+    }
+
+    /// The connection failed with `error`: how long to wait before retrying.
+    pub fn failed(
+        &mut self,
+        who: &str,
+        broker: &Broker,
+        error: &dyn std::fmt::Display,
+    ) -> Duration {
+        let since = *self.failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() < Duration::from_secs(2) {
+            tracing::debug!("{who}: MQTT connection to {broker}: {error}; retrying");
+            Duration::from_millis(50)
+        } else {
+            tracing::warn!("{who}: MQTT connection to {broker}: {error}; retrying in 1 s");
+            Duration::from_secs(1)
+        }
+    }
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff::new()
+    }
+}
+
+/// Logs at most one malformed payload per second, with how many were
+/// skipped, so a broken publisher cannot flood the log.
+struct MalformedLog {
+    last: Option<Instant>,
+    skipped: u64,
+}
+
+impl MalformedLog {
+    fn report(&mut self, topic: &str, why: &hfp::Malformed) {
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(1))
+        {
+            self.skipped += 1;
+            return;
+        }
+        let skipped = std::mem::take(&mut self.skipped);
+        tracing::warn!(
+            "malformed payload on {topic}: {why} ({skipped} more not logged since the last one)"
+        );
+        self.last = Some(Instant::now());
+    }
+}
+
+/// Subscribes to every vehicle position on `broker` and tells each to
+/// `fleet`, until `stop` turns true. `subscribed` fires on the first
+/// subscription acknowledgement. Reconnects on its own after errors.
+pub async fn run(
+    broker: Broker,
+    fleet: ActorRef<Fleet>,
+    metrics: Arc<Metrics>,
+    subscribed: oneshot::Sender<()>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let id = format!("realtime-map-{}", std::process::id());
+    let (client, mut events) = client(&broker, &id);
+    let mut subscribed = Some(subscribed);
+    let mut backoff = Backoff::new();
+    let mut log = MalformedLog {
+        last: None,
+        skipped: 0,
+    };
+    loop {
+        let event = tokio::select! {
+            e = events.poll() => e,
+            _ = stop.changed() => break,
+        };
+        match event {
+            Ok(Event::Incoming(Packet::Publish(p))) => match hfp::parse(&p.payload) {
+                Ok(position) => deliver(&fleet, &metrics, position),
+                Err(why) => {
+                    metrics.malformed.fetch_add(1, Relaxed);
+                    log.report(&p.topic, &why);
+                }
+            },
+            Ok(Event::Incoming(Packet::ConnAck(_))) => {
+                backoff.succeeded();
+                // A clean session forgets subscriptions: renew on every connect.
+                if let Err(e) = client.try_subscribe(TOPIC_FILTER, QoS::AtMostOnce) {
+                    tracing::error!("cannot subscribe to {TOPIC_FILTER}: {e}");
+                }
+            }
+            Ok(Event::Incoming(Packet::SubAck(_))) => {
+                tracing::info!("subscribed to {TOPIC_FILTER} on {broker}");
+                if let Some(tx) = subscribed.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                let wait = backoff.failed("subscriber", &broker, &e);
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = stop.changed() => break,
+                }
+            }
+        }
+    }
+    let _ = client.try_disconnect();
+}
+
+fn deliver(fleet: &ActorRef<Fleet>, metrics: &Metrics, position: Position) {
+    metrics.positions_received.fetch_add(1, Relaxed);
+    if fleet.tell(position).is_err() {
+        // The fleet is gone only while shutting down.
+        metrics.positions_routed.fetch_add(1, Relaxed);
+        metrics.positions_handled.fetch_add(1, Relaxed);
+    }
+}
