@@ -38,7 +38,7 @@ struct Cli {
     /// Passivate a vehicle after this long without a position (e.g. 60s, 500ms, 5m).
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     idle: Duration,
-    /// Actor system worker threads (default: one per core).
+    /// Actor system worker threads (default: half the cores, at least one).
     #[arg(long)]
     workers: Option<usize>,
     #[command(subcommand)]

@@ -511,3 +511,64 @@ async fn works_against_a_real_mosquitto() {
     answers_match_published(&app, &seen).await;
     app.shutdown().await.expect("clean shutdown");
 }
+
+/// The binary as a user runs it: it prints the URL, serves, and on Ctrl-C
+/// (SIGINT) shuts down cleanly with exit status 0.
+#[test]
+fn the_binary_serves_and_stops_cleanly_on_ctrl_c() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_realtime-map"))
+        .args([
+            "--listen",
+            "127.0.0.1:0",
+            "--broker-listen",
+            "127.0.0.1:0",
+            "--vehicles",
+            "50",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start the binary");
+    let stdout = child.stdout.take().expect("stdout");
+    let url = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split_whitespace()
+                .skip_while(|w| *w != "open")
+                .nth(1)
+                .map(str::to_string)
+        })
+        .expect("the binary prints `open <url>`");
+    let addr: SocketAddr = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .expect("the URL names an address");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let (status, page) = get(addr, "/").await;
+        assert_eq!(status, 200);
+        assert!(page.contains("<canvas"), "the map page is served");
+        for _ in 0..3_000 {
+            let (_, v) = get_json(addr, "/vehicles?bbox=-180,-90,180,90").await;
+            if v["count"] == 50 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the 50 simulated buses did not all appear within 30 s");
+    });
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .expect("send SIGINT");
+    assert!(interrupted.success());
+    let status = child.wait().expect("wait for the binary");
+    assert!(status.success(), "exit status after Ctrl-C: {status}");
+}
