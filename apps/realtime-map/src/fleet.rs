@@ -73,6 +73,7 @@ impl Vehicle {
             id,
             state: None,
             updates: 0,
+            // Set again from the system's clock in `started`.
             last_position: Instant::now(),
             idle,
             passivating: false,
@@ -93,6 +94,8 @@ impl Message for CheckIdle {
 
 impl Actor for Vehicle {
     fn started(&mut self, ctx: &mut Context<Self>) {
+        // The system's clock, so a test on virtual time controls idleness.
+        self.last_position = ctx.now();
         let every = (self.idle / 4).max(Duration::from_millis(5));
         ctx.send_interval(every, CheckIdle);
     }
@@ -119,7 +122,7 @@ impl Handler<Position> for Vehicle {
             ));
             return;
         }
-        self.last_position = Instant::now();
+        self.last_position = ctx.now();
         self.updates += 1;
         self.state = Some(VehicleState {
             id: p.id,
@@ -137,7 +140,7 @@ impl Handler<Position> for Vehicle {
 
 impl Handler<CheckIdle> for Vehicle {
     fn handle(&mut self, _: CheckIdle, ctx: &mut Context<Self>) {
-        if !self.passivating && self.last_position.elapsed() >= self.idle {
+        if !self.passivating && ctx.now() - self.last_position >= self.idle {
             self.passivating = true;
             // If the fleet is gone, so is this vehicle (it is the parent).
             let _ = self.fleet.tell(Passivate(ctx.id()));

@@ -14,7 +14,7 @@ use crate::timer::TimerRef;
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::Waker;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// The handle a handler gets to its own actor and to the system.
 ///
@@ -219,6 +219,13 @@ impl<A: Actor> Context<A> {
         let extras = unsafe { self.cell().extras() };
         extras.trap_exits = on;
         extras.exited_vtable = Some(|e| envelope::<A, Exited, Immediate>(e, None));
+    }
+
+    /// The time this actor's timers go by: use it instead of
+    /// `Instant::now()` for deadlines and idle checks, so that tests with
+    /// [virtual time](crate::ActorSystemBuilder::virtual_time) control them.
+    pub fn now(&self) -> Instant {
+        self.cell().system.timers.now()
     }
 
     /// Sends `msg` to this actor after `delay`. The timer is cancelled when

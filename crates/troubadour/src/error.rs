@@ -181,3 +181,24 @@ impl fmt::Display for ShutdownError {
 }
 
 impl std::error::Error for ShutdownError {}
+
+/// Why the clock could not be moved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeError {
+    /// The system runs on the real clock, which only moves by itself.
+    RealClock,
+}
+
+impl fmt::Display for TimeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TimeError::RealClock => write!(
+                f,
+                "this system runs on the real clock; build it with \
+                 ActorSystem::builder().virtual_time() to move time by hand"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TimeError {}

@@ -91,7 +91,7 @@ pub use direct::LocalActor;
 pub use envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use envelope::{Envelope, EnvelopeVTable};
-pub use error::{AskError, RegistryError, SendError, ShutdownError, SpawnError};
+pub use error::{AskError, RegistryError, SendError, ShutdownError, SpawnError, TimeError};
 pub use exit::{ActorId, Down, ExitReason, Exited};
 pub use spawn::{Mailbox, SpawnOptions};
 pub use supervision::{Restart, Strategy, SupervisorStrategy};

@@ -4,7 +4,7 @@
 use crate::actor::{Actor, Message};
 use crate::actor_ref::{ActorRef, Recipient};
 use crate::dead_letters::{DeadLetter, DeadLetters};
-use crate::error::{RegistryError, ShutdownError, SpawnError};
+use crate::error::{RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
 use crate::registry::Registry;
 use crate::scheduler::Scheduler;
@@ -320,6 +320,28 @@ impl SystemHandle {
         self.core.dead_letters.subscribe(subscriber)
     }
 
+    /// The time the system's timers go by: the real clock, or the virtual
+    /// one of a system built with
+    /// [`virtual_time`](ActorSystemBuilder::virtual_time).
+    pub fn now(&self) -> Instant {
+        self.core.timers.now()
+    }
+
+    /// Moves a virtual clock on by `by`, delivering every timer message and
+    /// failing every `ask` timeout that falls due on the way, in deadline
+    /// order, before returning. Returns how many timers fired. Messages are
+    /// delivered, not yet handled: the actors handle them on their worker
+    /// threads as usual.
+    ///
+    /// Fails with [`TimeError::RealClock`] on a system that runs on the real
+    /// clock.
+    pub fn advance_time(&self, by: Duration) -> Result<usize, TimeError> {
+        if !self.core.timers.is_virtual() {
+            return Err(TimeError::RealClock);
+        }
+        Ok(self.core.timers.advance(by))
+    }
+
     /// The tokio runtime handlers run in (for `tokio::spawn` from outside).
     pub fn tokio_handle(&self) -> &tokio::runtime::Handle {
         &self.core.tokio
@@ -351,6 +373,7 @@ pub struct ActorSystemBuilder {
     default_mailbox: Mailbox,
     ask_timeout: Duration,
     tokio: Option<tokio::runtime::Handle>,
+    virtual_time: bool,
 }
 
 impl Default for ActorSystemBuilder {
@@ -361,6 +384,7 @@ impl Default for ActorSystemBuilder {
             default_mailbox: Mailbox::Unbounded,
             ask_timeout: Duration::from_secs(5),
             tokio: None,
+            virtual_time: false,
         }
     }
 }
@@ -388,6 +412,28 @@ impl ActorSystemBuilder {
     /// Timeout of an `ask` not given one with `.timeout(..)` (default 5 s).
     pub fn ask_timeout(mut self, timeout: Duration) -> Self {
         self.ask_timeout = timeout;
+        self
+    }
+
+    /// Runs the system's timers (`send_after`, `send_interval`) and `ask`
+    /// timeouts on a virtual clock that stands still until
+    /// [`SystemHandle::advance_time`] moves it, for tests of time-dependent
+    /// behaviour that run in milliseconds and never flake. Read the clock
+    /// with [`SystemHandle::now`] or [`Context::now`](crate::Context::now).
+    /// Tokio's own timers (a `tokio::time::sleep` in an
+    /// [`AsyncHandler`](crate::AsyncHandler)) keep real time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troubadour::ActorSystem;
+    /// let system = ActorSystem::builder().virtual_time().build();
+    /// let start = system.now();
+    /// system.advance_time(Duration::from_secs(1800))?;
+    /// assert_eq!(system.now() - start, Duration::from_secs(1800));
+    /// # Ok::<(), troubadour::TimeError>(())
+    /// ```
+    pub fn virtual_time(mut self) -> Self {
+        self.virtual_time = true;
         self
     }
 
@@ -431,7 +477,11 @@ impl ActorSystemBuilder {
             scheduler: Scheduler::new(self.worker_threads, self.budget, tokio.clone())?,
             dead_letters: DeadLetters::default(),
             registry: Registry::default(),
-            timers: Timers::default(),
+            timers: if self.virtual_time {
+                Timers::virtual_clock()
+            } else {
+                Timers::default()
+            },
             guardian: Guardian::new(),
             config: Config {
                 default_mailbox: self.default_mailbox,

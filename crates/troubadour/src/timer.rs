@@ -6,8 +6,12 @@
 //! apiece and one thread, not a million tasks. Cancelled entries are dropped
 //! lazily when they come due. The thread starts with the first timer.
 //!
-//! The clock is `std::time::Instant`; the test kit's virtual time will
-//! replace this module's clock source, not its callers (ARCHITECTURE.md).
+//! The clock is `std::time::Instant`, or, for a system built with
+//! [`virtual_time`](crate::ActorSystemBuilder::virtual_time), a virtual
+//! instant that moves only when a test calls
+//! [`advance_time`](crate::SystemHandle::advance_time): there is no timer
+//! thread then, and `advance_time` fires what falls due on the caller's
+//! thread, in deadline order, moving the clock to each deadline as it fires.
 
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
@@ -77,6 +81,8 @@ struct Wheel {
     heap: BinaryHeap<Entry>,
     seq: u64,
     shutdown: bool,
+    /// `Some` on a virtual clock: the current virtual instant.
+    virtual_now: Option<Instant>,
 }
 
 #[derive(Default)]
@@ -89,9 +95,64 @@ struct Shared {
 pub(crate) struct Timers {
     shared: Arc<Shared>,
     thread: Mutex<Option<JoinHandle<()>>>,
+    is_virtual: bool,
 }
 
 impl Timers {
+    /// Timers on a virtual clock that starts at the real current instant
+    /// and moves only by [`advance`](Self::advance).
+    pub(crate) fn virtual_clock() -> Self {
+        let timers = Timers {
+            is_virtual: true,
+            ..Timers::default()
+        };
+        timers.lock().virtual_now = Some(Instant::now());
+        timers
+    }
+
+    pub(crate) fn is_virtual(&self) -> bool {
+        self.is_virtual
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Wheel> {
+        self.shared.wheel.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The time timers go by.
+    pub(crate) fn now(&self) -> Instant {
+        if !self.is_virtual {
+            return Instant::now();
+        }
+        self.lock().virtual_now.unwrap_or_else(Instant::now)
+    }
+
+    /// Moves a virtual clock on by `by`, firing every timer that falls due
+    /// on the way, on this thread. Returns how many fired. Callers serialize
+    /// (one test thread); concurrent calls interleave their firings but each
+    /// timer still fires once per due time.
+    pub(crate) fn advance(&self, by: Duration) -> usize {
+        let target = self.now() + by;
+        let mut fired = 0;
+        loop {
+            let mut wheel = self.lock();
+            if wheel.heap.peek().is_none_or(|e| e.at > target) {
+                wheel.virtual_now = wheel.virtual_now.max(Some(target));
+                return fired;
+            }
+            let Some(entry) = wheel.heap.pop() else {
+                continue;
+            };
+            wheel.virtual_now = wheel.virtual_now.max(Some(entry.at));
+            let now = entry.at;
+            if entry.state.load(Ordering::Acquire) != ACTIVE {
+                continue;
+            }
+            drop(wheel);
+            fired += 1;
+            fire(&self.shared, entry, now);
+        }
+    }
+
     /// Runs `action` after `delay`, then every `period` while it returns
     /// `true`.
     pub(crate) fn schedule(
@@ -101,9 +162,9 @@ impl Timers {
         action: Action,
     ) -> TimerRef {
         let state = Arc::new(AtomicU8::new(ACTIVE));
-        let at = Instant::now() + delay;
         let earliest = {
-            let mut wheel = self.shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
+            let mut wheel = self.lock();
+            let at = wheel.virtual_now.unwrap_or_else(Instant::now) + delay;
             wheel.seq += 1;
             let seq = wheel.seq;
             let earliest = wheel.heap.peek().is_none_or(|e| at < e.at);
@@ -116,6 +177,9 @@ impl Timers {
             });
             earliest
         };
+        if self.is_virtual {
+            return TimerRef { state };
+        }
         self.ensure_thread();
         if earliest {
             self.shared.changed.notify_one();
@@ -177,7 +241,7 @@ fn run(shared: Arc<Shared>) {
                     .0;
             }
             Some(_) => {
-                let Some(mut entry) = wheel.heap.pop() else {
+                let Some(entry) = wheel.heap.pop() else {
                     continue;
                 };
                 if entry.state.load(Ordering::Acquire) != ACTIVE {
@@ -186,21 +250,28 @@ fn run(shared: Arc<Shared>) {
                 // Fire outside the lock: the action sends a message, which may
                 // set another timer.
                 drop(wheel);
-                let again = (entry.action)() && entry.period.is_some();
+                fire(&shared, entry, now);
                 wheel = shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
-                match entry.period {
-                    Some(p) if again && entry.state.load(Ordering::Acquire) == ACTIVE => {
-                        // Fixed rate; if we fell far behind, do not burst.
-                        let next = entry.at + p;
-                        entry.at = if next < now { now + p } else { next };
-                        wheel.seq += 1;
-                        entry.seq = wheel.seq;
-                        wheel.heap.push(entry);
-                    }
-                    _ => entry.state.store(DONE, Ordering::Release),
-                }
             }
         }
+    }
+}
+
+/// Runs a due timer's action (without the wheel's lock held) and re-arms it
+/// if it is periodic and still wanted.
+fn fire(shared: &Shared, mut entry: Entry, now: Instant) {
+    let again = (entry.action)() && entry.period.is_some();
+    let mut wheel = shared.wheel.lock().unwrap_or_else(|p| p.into_inner());
+    match entry.period {
+        Some(p) if again && entry.state.load(Ordering::Acquire) == ACTIVE => {
+            // Fixed rate; if we fell far behind, do not burst.
+            let next = entry.at + p;
+            entry.at = if next < now { now + p } else { next };
+            wheel.seq += 1;
+            entry.seq = wheel.seq;
+            wheel.heap.push(entry);
+        }
+        _ => entry.state.store(DONE, Ordering::Release),
     }
 }
 
