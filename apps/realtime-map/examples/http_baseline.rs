@@ -75,18 +75,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|i| {
             let r = sim.step(i, 1.0, 1_795_248_000_000);
             let p = realtime_map::hfp::parse(&r.payload()).expect("simulated payloads parse");
-            let state = VehicleState {
-                id: p.id.clone(),
-                route: p.route,
-                line: p.line,
-                lat: p.lat,
-                long: p.long,
-                speed: p.speed,
-                heading: p.heading,
-                timestamp: p.timestamp,
-                updates: 1,
-            };
-            (p.id.to_string(), state)
+            let id = p.id.to_string();
+            (id, VehicleState::new(p, 1))
         })
         .collect();
     let app = Router::new()

@@ -54,6 +54,23 @@ pub struct VehicleState {
     pub updates: u64,
 }
 
+impl VehicleState {
+    /// The state after `p`, the `updates`-th position.
+    pub fn new(p: Position, updates: u64) -> Self {
+        VehicleState {
+            id: p.id,
+            route: p.route,
+            line: p.line,
+            lat: p.lat,
+            long: p.long,
+            speed: p.speed,
+            heading: p.heading,
+            timestamp: p.timestamp,
+            updates,
+        }
+    }
+}
+
 /// One bus.
 pub struct Vehicle {
     id: Arc<str>,
@@ -124,17 +141,7 @@ impl Handler<Position> for Vehicle {
         }
         self.last_position = ctx.now();
         self.updates += 1;
-        self.state = Some(VehicleState {
-            id: p.id,
-            route: p.route,
-            line: p.line,
-            lat: p.lat,
-            long: p.long,
-            speed: p.speed,
-            heading: p.heading,
-            timestamp: p.timestamp,
-            updates: self.updates,
-        });
+        self.state = Some(VehicleState::new(p, self.updates));
     }
 }
 

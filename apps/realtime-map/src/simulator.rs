@@ -485,11 +485,12 @@ mod tests {
 
     #[test]
     fn ids_are_unique_and_buses_stay_near_their_route() {
-        let mut sim = Simulation::new(2_000, 1);
-        let mut ids = sim.ids();
+        let mut ids = Simulation::new(2_000, 1).ids();
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), 2_000);
+        // Ten buses on every route.
+        let mut sim = Simulation::new(10 * ROUTES.len(), 1);
         // Greater Helsinki, with margin for GPS noise; a minute of moves
         // takes most buses past a stop or a terminus.
         for _ in 0..60 {
