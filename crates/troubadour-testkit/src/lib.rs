@@ -89,11 +89,51 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! Not here yet (issue 4's remaining work): the deterministic simulation
-//! mode (one thread, a seeded scheduler, replay by seed, traces) and fault
-//! injection.
+//! ## Deterministic simulation
+//!
+//! A [`Simulation`] runs every actor of a system on the test's thread and
+//! takes every scheduling choice (which ready actor runs next, how many
+//! messages it handles this turn) from a seeded PRNG, on virtual time. The
+//! same seed replays the same run turn for turn; [`simulate`] runs a test
+//! body under many seeds (100 by default, `TROUBADOUR_SIM_SEEDS=10000` for a
+//! nightly job) and, when one fails, prints its seed, the command that
+//! replays only that seed (`TROUBADOUR_SIM_SEED=<seed> cargo test <name> --
+//! --exact`) and the end of its trace.
+//!
+//! ```
+//! use troubadour::prelude::*;
+//! use troubadour_testkit::{seeds, simulate};
+//!
+//! struct Counter(u32);
+//! impl Actor for Counter {}
+//! struct Add;
+//! impl Message for Add { type Reply = u32; }
+//! impl Handler<Add> for Counter {
+//!     fn handle(&mut self, _: Add, _: &mut Context<Self>) -> u32 { self.0 += 1; self.0 }
+//! }
+//!
+//! simulate(seeds(20), |sim| {
+//!     let counter = sim.spawn(Counter(0)).unwrap();
+//!     for _ in 0..9 {
+//!         counter.tell(Add).unwrap();
+//!     }
+//!     assert_eq!(sim.block_on(counter.ask(Add)).unwrap(), 10);
+//! });
+//! ```
+//!
+//! `examples/bank.rs` is a protocol with a race (check a balance with
+//! `ask`, debit with `tell`) that the simulator breaks within a few seeds,
+//! and its fix, which survives all of them.
+//!
+//! Not here yet: fault injection (panic, stop or delay chosen by the seed),
+//! a message-level trace (who sent what to whom; the trace today lists
+//! turns, clock moves and the test's notes), and simulation of tokio's own
+//! timers and I/O inside async handlers (awaiting other actors and the
+//! system's timers is simulated).
 #![warn(missing_docs)]
 
 mod probe;
+mod simulation;
 
 pub use probe::{ProbeActor, TestProbe};
+pub use simulation::{seeds, simulate, Simulation, TraceEvent, SEEDS_VAR, SEED_VAR};

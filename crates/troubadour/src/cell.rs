@@ -155,6 +155,7 @@ pub(crate) enum Turn {
 pub(crate) trait Runnable: Send + Sync + 'static {
     fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
     fn is_finished(&self) -> bool;
+    fn id(&self) -> ActorId;
 }
 
 impl<A: Actor> ActorCell<A> {
@@ -585,6 +586,10 @@ impl<A: Actor> Runnable for ActorCell<A> {
 
     fn is_finished(&self) -> bool {
         self.is_closed()
+    }
+
+    fn id(&self) -> ActorId {
+        self.id
     }
 }
 

@@ -93,6 +93,7 @@ pub use envelope::{Awaiting, Handles, Immediate};
 pub use envelope::{Envelope, EnvelopeVTable};
 pub use error::{AskError, RegistryError, SendError, ShutdownError, SpawnError, TimeError};
 pub use exit::{ActorId, Down, ExitReason, Exited};
+pub use scheduler::TurnRun;
 pub use spawn::{Mailbox, SpawnOptions};
 pub use supervision::{Restart, Strategy, SupervisorStrategy};
 pub use system::{ActorSystem, ActorSystemBuilder, SystemHandle};

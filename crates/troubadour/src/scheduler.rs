@@ -24,6 +24,7 @@
 //! work is never left with every worker asleep.
 
 use crate::cell::{Runnable, Turn};
+use crate::exit::ActorId;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::sync::{Parker, Unparker};
 use std::cell::Cell;
@@ -61,6 +62,20 @@ pub(crate) struct Scheduler {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     tokio: tokio::runtime::Handle,
+    /// `Some` for a manually driven scheduler (no worker threads; see
+    /// [`Scheduler::manual`]): the actors that are ready to run.
+    manual: Option<Mutex<Vec<Task>>>,
+}
+
+/// One turn a manually driven scheduler ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TurnRun {
+    /// The actor that ran.
+    pub actor: ActorId,
+    /// How many ready actors there were to choose from.
+    pub ready: usize,
+    /// The message budget it was given.
+    pub budget: u32,
 }
 
 impl Scheduler {
@@ -99,6 +114,7 @@ impl Scheduler {
                         shared,
                         threads: Mutex::new(handles),
                         tokio,
+                        manual: None,
                     };
                     partial.shutdown();
                     return Err(e);
@@ -109,6 +125,70 @@ impl Scheduler {
             shared,
             threads: Mutex::new(handles),
             tokio,
+            manual: None,
+        })
+    }
+
+    /// A scheduler with no worker threads: actors run only when the owner
+    /// calls [`run_one`](Self::run_one), on the calling thread. Everything
+    /// that becomes ready goes to the global queue (nobody is a worker), in
+    /// the order it happened; `run_one` moves it to the ready list and
+    /// lets the caller choose. This is the deterministic simulation's
+    /// scheduler; the normal paths are unchanged (with no workers, a wake-up
+    /// finds no sleeper and returns).
+    pub(crate) fn manual(budget: u32, tokio: tokio::runtime::Handle) -> Self {
+        Scheduler {
+            shared: Arc::new(Shared {
+                injector: Injector::new(),
+                stealers: Vec::new(),
+                unparkers: Vec::new(),
+                sleepers: Mutex::new(Vec::new()),
+                num_sleeping: AtomicUsize::new(0),
+                num_searching: AtomicUsize::new(0),
+                shutdown: AtomicBool::new(false),
+                budget: budget.max(1),
+            }),
+            threads: Mutex::new(Vec::new()),
+            tokio,
+            manual: Some(Mutex::new(Vec::new())),
+        }
+    }
+
+    pub(crate) fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
+    /// On a manual scheduler: runs one turn of the ready actor `choose`
+    /// picks. `choose(n)` gets the number of ready actors and returns the
+    /// index to run (taken modulo `n`) and a message budget (at least 1).
+    /// Ready actors are listed in the order they became ready. `None` when
+    /// nothing is ready (or the scheduler is not manual).
+    pub(crate) fn run_one(&self, choose: &mut dyn FnMut(usize) -> (usize, u32)) -> Option<TurnRun> {
+        let manual = self.manual.as_ref()?;
+        let task = {
+            let mut ready = manual.lock().unwrap_or_else(|p| p.into_inner());
+            while let Some(t) = steal_one(&self.shared.injector) {
+                ready.push(t);
+            }
+            if ready.is_empty() {
+                return None;
+            }
+            let n = ready.len();
+            let (index, budget) = choose(n);
+            // `remove`, not `swap_remove`: the others keep their order, so a
+            // choice sequence means the same thing on every run.
+            (ready.remove(index % n), n, budget.max(1))
+        };
+        let (task, n, budget) = task;
+        let actor = task.id();
+        let _runtime = self.tokio.enter();
+        if let Turn::Again = task.clone().run_turn(budget) {
+            self.shared.injector.push(task);
+        }
+        Some(TurnRun {
+            actor,
+            ready: n,
+            budget,
         })
     }
 
@@ -171,6 +251,9 @@ impl Scheduler {
         // Whatever is still queued will never run; release it so actors'
         // memory (and the dead letters of their mailboxes) is reclaimed.
         while steal_one(&self.shared.injector).is_some() {}
+        if let Some(manual) = &self.manual {
+            manual.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
     }
 }
 

@@ -113,7 +113,10 @@ pub(crate) fn spawn_actor<A: Actor>(
         Mailbox::Unbounded => None,
         Mailbox::Bounded(n) => Some(tokio::sync::Semaphore::new(n.max(1))),
     };
-    let parker = options.blocking.then(crossbeam_utils::sync::Parker::new);
+    // A manually scheduled system (simulation) runs everything on one
+    // thread, blocking actors included.
+    let dedicated = options.blocking && !core.scheduler.is_manual();
+    let parker = dedicated.then(crossbeam_utils::sync::Parker::new);
     let config = (bound.is_some() || parker.is_some()).then(|| {
         Box::new(CellConfig {
             bound,

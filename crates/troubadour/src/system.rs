@@ -7,7 +7,7 @@ use crate::dead_letters::{DeadLetter, DeadLetters};
 use crate::error::{RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
 use crate::registry::Registry;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, TurnRun};
 use crate::signal::{ControlHandle, Signal};
 use crate::spawn::{spawn_actor, Mailbox, Source, SpawnOptions};
 use crate::supervision::{RestartLog, SupervisorStrategy};
@@ -342,6 +342,22 @@ impl SystemHandle {
         Ok(self.core.timers.advance(by))
     }
 
+    /// On a system built with
+    /// [`manual_scheduling`](ActorSystemBuilder::manual_scheduling): runs one
+    /// turn of one ready actor on this thread. `choose(n)` is given the
+    /// number of ready actors (in the order they became ready) and returns
+    /// which to run (modulo `n`) and how many messages it may handle (at
+    /// least 1). `None` when no actor is ready, or the system is not
+    /// manually scheduled.
+    pub fn run_one(&self, choose: &mut dyn FnMut(usize) -> (usize, u32)) -> Option<TurnRun> {
+        self.core.scheduler.run_one(choose)
+    }
+
+    /// When the earliest pending timer (or `ask` timeout) falls due.
+    pub fn next_timer_at(&self) -> Option<Instant> {
+        self.core.timers.next_deadline()
+    }
+
     /// The tokio runtime handlers run in (for `tokio::spawn` from outside).
     pub fn tokio_handle(&self) -> &tokio::runtime::Handle {
         &self.core.tokio
@@ -374,6 +390,7 @@ pub struct ActorSystemBuilder {
     ask_timeout: Duration,
     tokio: Option<tokio::runtime::Handle>,
     virtual_time: bool,
+    manual_scheduling: bool,
 }
 
 impl Default for ActorSystemBuilder {
@@ -385,6 +402,7 @@ impl Default for ActorSystemBuilder {
             ask_timeout: Duration::from_secs(5),
             tokio: None,
             virtual_time: false,
+            manual_scheduling: false,
         }
     }
 }
@@ -437,6 +455,19 @@ impl ActorSystemBuilder {
         self
     }
 
+    /// No worker threads: actors run only when
+    /// [`SystemHandle::run_one`] runs them, one turn at a time on the
+    /// calling thread, and time is virtual (see
+    /// [`virtual_time`](Self::virtual_time)). This is what the test kit's
+    /// deterministic simulation drives; a program that only spawns and sends
+    /// from that one thread then runs the same way every time for the same
+    /// sequence of choices. Blocking actors run as ordinary ones.
+    pub fn manual_scheduling(mut self) -> Self {
+        self.manual_scheduling = true;
+        self.virtual_time = true;
+        self
+    }
+
     /// Uses this tokio runtime for handlers' I/O and timers. By default the
     /// current multi-threaded runtime is used when there is one (inside
     /// `#[tokio::main]`), else the system starts a small one of its own.
@@ -474,7 +505,11 @@ impl ActorSystemBuilder {
             }
         };
         let core = Arc::new(SystemCore {
-            scheduler: Scheduler::new(self.worker_threads, self.budget, tokio.clone())?,
+            scheduler: if self.manual_scheduling {
+                Scheduler::manual(self.budget, tokio.clone())
+            } else {
+                Scheduler::new(self.worker_threads, self.budget, tokio.clone())?
+            },
             dead_letters: DeadLetters::default(),
             registry: Registry::default(),
             timers: if self.virtual_time {
@@ -561,7 +596,11 @@ impl ActorSystem {
         let on_worker = core.scheduler.is_worker_thread();
         core.guardian.stop_all();
         let until = Instant::now() + deadline;
-        let mut left = if on_worker {
+        let mut left = if core.scheduler.is_manual() {
+            // Nobody else runs actors: drive the stops here, in order.
+            while core.scheduler.run_one(&mut |_| (0, u32::MAX)).is_some() {}
+            core.guardian.wait_all_stopped(Instant::now())
+        } else if on_worker {
             0
         } else {
             core.guardian.wait_all_stopped(until)

@@ -126,6 +126,12 @@ impl Timers {
         self.lock().virtual_now.unwrap_or_else(Instant::now)
     }
 
+    /// When the earliest pending timer falls due (cancelled ones included:
+    /// they are dropped when reached).
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.lock().heap.peek().map(|e| e.at)
+    }
+
     /// Moves a virtual clock on by `by`, firing every timer that falls due
     /// on the way, on this thread. Returns how many fired. Callers serialize
     /// (one test thread); concurrent calls interleave their firings but each
