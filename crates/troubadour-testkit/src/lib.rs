@@ -128,8 +128,8 @@
 //! Not here yet: fault injection (panic, stop or delay chosen by the seed),
 //! a message-level trace (who sent what to whom; the trace today lists
 //! turns, clock moves and the test's notes), and simulation of tokio's own
-//! timers and I/O inside async handlers (awaiting other actors and the
-//! system's timers is simulated).
+//! timers and I/O inside async handlers (awaiting other actors' replies and
+//! [`SystemHandle::sleep`](troubadour::SystemHandle::sleep) is simulated).
 #![warn(missing_docs)]
 
 mod probe;

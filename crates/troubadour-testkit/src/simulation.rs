@@ -85,8 +85,9 @@ pub enum TraceEvent {
 /// thread); actors run when the simulation runs them: in
 /// [`run_until_idle`](Self::run_until_idle), [`run_for`](Self::run_for)
 /// and [`block_on`](Self::block_on). Handlers that await other actors'
-/// replies or the system's timers are simulated too; tokio's own timers and
-/// I/O are not (they run on tokio's threads, outside the seed's control).
+/// replies or [`SystemHandle::sleep`](troubadour::SystemHandle::sleep) are
+/// simulated too; tokio's own timers and I/O are not (they run on tokio's
+/// threads, outside the seed's control).
 pub struct Simulation {
     system: ActorSystem,
     seed: u64,

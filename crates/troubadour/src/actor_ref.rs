@@ -14,15 +14,14 @@ use crate::error::{AskError, SendError};
 use crate::exit::{ActorId, ExitReason};
 use crate::signal::{Signal, Watcher};
 use crate::system::SystemCore;
-use crate::timer::TimerRef;
+use crate::timer::Deadline;
 use std::fmt;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::task::{Context as TaskContext, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -246,70 +245,6 @@ pub struct Ask<R> {
     timeout: Duration,
     sleep: Option<Deadline>,
     system: Arc<SystemCore>,
-}
-
-/// What ends an `ask` that gets no reply: a tokio timer, or an alarm on the
-/// system's virtual clock.
-enum Deadline {
-    Real(Pin<Box<tokio::time::Sleep>>),
-    Virtual(Arc<Alarm>, TimerRef),
-}
-
-/// Rung by the virtual clock's timer when an ask's time is up.
-#[derive(Default)]
-struct Alarm {
-    rung: AtomicBool,
-    waker: Mutex<Option<Waker>>,
-}
-
-impl Deadline {
-    fn start(system: &SystemCore, timeout: Duration) -> Deadline {
-        if !system.timers.is_virtual() {
-            // Inside the system's runtime so this works from any executor
-            // or a plain thread.
-            let _guard = system.tokio.enter();
-            return Deadline::Real(Box::pin(tokio::time::sleep(timeout)));
-        }
-        let alarm = Arc::new(Alarm::default());
-        let ring = alarm.clone();
-        let timer = system.timers.schedule(
-            timeout,
-            None,
-            Box::new(move || {
-                ring.rung.store(true, Ordering::Release);
-                let waker = ring.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(w) = waker {
-                    w.wake();
-                }
-                false
-            }),
-        );
-        Deadline::Virtual(alarm, timer)
-    }
-
-    fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
-        match self {
-            Deadline::Real(sleep) => sleep.as_mut().poll(cx),
-            Deadline::Virtual(alarm, _) => {
-                // Register before checking, so a ring in between is not missed.
-                *alarm.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
-                if alarm.rung.load(Ordering::Acquire) {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            }
-        }
-    }
-}
-
-impl Drop for Deadline {
-    fn drop(&mut self) {
-        // An answered ask takes its timeout off the virtual clock.
-        if let Deadline::Virtual(_, timer) = self {
-            timer.cancel();
-        }
-    }
 }
 
 impl<R> Ask<R> {

@@ -97,7 +97,7 @@ pub use scheduler::TurnRun;
 pub use spawn::{Mailbox, SpawnOptions};
 pub use supervision::{Restart, Strategy, SupervisorStrategy};
 pub use system::{ActorSystem, ActorSystemBuilder, SystemHandle};
-pub use timer::TimerRef;
+pub use timer::{Sleep, TimerRef};
 
 /// Everything a typical actor program uses.
 pub mod prelude {

@@ -11,7 +11,7 @@ use crate::scheduler::{Scheduler, TurnRun};
 use crate::signal::{ControlHandle, Signal};
 use crate::spawn::{spawn_actor, Mailbox, Source, SpawnOptions};
 use crate::supervision::{RestartLog, SupervisorStrategy};
-use crate::timer::Timers;
+use crate::timer::{Sleep, Timers};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -351,6 +351,22 @@ impl SystemHandle {
     /// manually scheduled.
     pub fn run_one(&self, choose: &mut dyn FnMut(usize) -> (usize, u32)) -> Option<TurnRun> {
         self.core.scheduler.run_one(choose)
+    }
+
+    /// A future that completes after `duration` on the system's clock: real
+    /// time, or virtual time on a system built with
+    /// [`virtual_time`](ActorSystemBuilder::virtual_time) (where it is what
+    /// a simulated [`AsyncHandler`](crate::AsyncHandler) should await
+    /// instead of `tokio::time::sleep`). The wait starts at the first poll.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troubadour::ActorSystem;
+    /// let system = ActorSystem::new();
+    /// system.block_on(system.sleep(Duration::from_millis(1)));
+    /// ```
+    pub fn sleep(&self, duration: Duration) -> Sleep {
+        Sleep::new(self.core.clone(), duration)
     }
 
     /// When the earliest pending timer (or `ask` timeout) falls due.

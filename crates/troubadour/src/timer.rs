@@ -13,10 +13,14 @@
 //! thread then, and `advance_time` fires what falls due on the caller's
 //! thread, in deadline order, moving the clock to each deadline as it fires.
 
+use crate::system::SystemCore;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -45,6 +49,105 @@ impl TimerRef {
     /// True once cancelled or once a one-shot timer has fired.
     pub fn is_done(&self) -> bool {
         self.state.load(Ordering::Acquire) != ACTIVE
+    }
+}
+
+/// A wait on the system's clock (an `ask`'s timeout, [`Sleep`]): a tokio
+/// timer, or an alarm on the virtual clock.
+pub(crate) enum Deadline {
+    Real(Pin<Box<tokio::time::Sleep>>),
+    Virtual(Arc<Alarm>, TimerRef),
+}
+
+/// Rung by the virtual clock's timer when an ask's time is up.
+#[derive(Default)]
+pub(crate) struct Alarm {
+    rung: AtomicBool,
+    waker: Mutex<Option<Waker>>,
+}
+
+impl Deadline {
+    pub(crate) fn start(system: &SystemCore, timeout: Duration) -> Deadline {
+        if !system.timers.is_virtual() {
+            // Inside the system's runtime so this works from any executor
+            // or a plain thread.
+            let _guard = system.tokio.enter();
+            return Deadline::Real(Box::pin(tokio::time::sleep(timeout)));
+        }
+        let alarm = Arc::new(Alarm::default());
+        let ring = alarm.clone();
+        let timer = system.timers.schedule(
+            timeout,
+            None,
+            Box::new(move || {
+                ring.rung.store(true, Ordering::Release);
+                let waker = ring.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(w) = waker {
+                    w.wake();
+                }
+                false
+            }),
+        );
+        Deadline::Virtual(alarm, timer)
+    }
+
+    pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+        match self {
+            Deadline::Real(sleep) => sleep.as_mut().poll(cx),
+            Deadline::Virtual(alarm, _) => {
+                // Register before checking, so a ring in between is not missed.
+                *alarm.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
+                if alarm.rung.load(Ordering::Acquire) {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            }
+        }
+    }
+}
+
+impl Drop for Deadline {
+    fn drop(&mut self) {
+        // An answered ask (or a dropped sleep) takes its alarm off the
+        // virtual clock.
+        if let Deadline::Virtual(_, timer) = self {
+            timer.cancel();
+        }
+    }
+}
+
+/// Waits `duration` on the system's clock: see [`SystemHandle::sleep`].
+///
+/// [`SystemHandle::sleep`]: crate::SystemHandle::sleep
+#[must_use = "a Sleep does nothing unless awaited"]
+pub struct Sleep {
+    deadline: Option<Deadline>,
+    duration: Duration,
+    system: Arc<SystemCore>,
+}
+
+impl Sleep {
+    pub(crate) fn new(system: Arc<SystemCore>, duration: Duration) -> Self {
+        Sleep {
+            deadline: None,
+            duration,
+            system,
+        }
+    }
+}
+
+impl Future for Sleep {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
+        let this = &mut *self;
+        let (system, duration) = (&this.system, this.duration);
+        // Armed at the first poll (tokio's `sleep` counts from its creation
+        // instead): a sleep created early and awaited late waits in full.
+        this.deadline
+            .get_or_insert_with(|| Deadline::start(system, duration))
+            .poll(cx)
     }
 }
 

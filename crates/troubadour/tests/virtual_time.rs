@@ -200,3 +200,48 @@ fn a_real_clock_cannot_be_moved() {
     assert_eq!(err, TimeError::RealClock);
     assert!(err.to_string().contains("virtual_time()"), "{err}");
 }
+
+/// Waits on the system clock inside an async handler.
+struct Napper {
+    system: SystemHandle,
+}
+impl Actor for Napper {}
+
+struct Nap(Duration);
+impl Message for Nap {
+    type Reply = Instant;
+}
+
+impl AsyncHandler<Nap> for Napper {
+    async fn handle(&mut self, Nap(d): Nap, ctx: &mut Context<Self>) -> Instant {
+        self.system.sleep(d).await;
+        ctx.now()
+    }
+}
+
+#[test]
+fn an_async_handler_sleeps_on_the_virtual_clock() {
+    let system = ActorSystem::builder().virtual_time().build();
+    let start = system.now();
+    let napper = system
+        .spawn(Napper {
+            system: system.handle(),
+        })
+        .unwrap();
+    let (tx, rx) = mpsc::channel();
+    let asker = napper.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(asker.ask(Nap(10 * MINUTE)).timeout(60 * MINUTE).wait());
+    });
+    // The nap is armed once the handler first polls it.
+    while system.next_timer_at() != Some(start + 10 * MINUTE) {
+        std::thread::yield_now();
+    }
+    assert!(
+        rx.recv_timeout(Duration::from_millis(50)).is_err(),
+        "asleep until the clock moves"
+    );
+    system.advance_time(10 * MINUTE).unwrap();
+    let woke = rx.recv_timeout(WAIT).unwrap().unwrap();
+    assert_eq!(woke - start, 10 * MINUTE);
+}
