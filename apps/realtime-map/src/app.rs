@@ -266,7 +266,9 @@ impl App {
     }
 }
 
-fn spawn_simulator(
+/// Publishes `simulation` to `broker` once per `period` until `stopped`
+/// turns true: the publishing task and the task that keeps its connection.
+pub fn spawn_simulator(
     broker: &Broker,
     simulation: Simulation,
     period: Duration,
@@ -280,34 +282,11 @@ fn spawn_simulator(
         period,
         stopped.clone(),
     ));
-    let connection = tokio::spawn(drive(events, broker.clone(), stopped.clone()));
+    let (broker, stop) = (broker.clone(), stopped.clone());
+    let connection = tokio::spawn(async move {
+        ingest::poll_until_stopped(events, &broker, "simulator", stop, |_| {}).await
+    });
     [publisher, connection]
-}
-
-/// Polls a publishing client's connection until `stop`.
-pub async fn drive(
-    mut events: rumqttc::EventLoop,
-    broker: Broker,
-    mut stop: watch::Receiver<bool>,
-) {
-    let mut backoff = ingest::Backoff::new();
-    loop {
-        let event = tokio::select! {
-            e = events.poll() => e,
-            _ = stop.changed() => return,
-        };
-        match event {
-            Ok(rumqttc::Event::Incoming(rumqttc::Packet::ConnAck(_))) => backoff.succeeded(),
-            Ok(_) => {}
-            Err(e) => {
-                let wait = backoff.failed("simulator", &broker, &e);
-                tokio::select! {
-                    _ = tokio::time::sleep(wait) => {}
-                    _ = stop.changed() => return,
-                }
-            }
-        }
-    }
 }
 
 /// Samples positions handled per second into the metrics.

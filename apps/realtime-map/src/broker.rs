@@ -77,6 +77,6 @@ pub fn start(listen: SocketAddr) -> Result<SocketAddr, BrokerError> {
         .map_err(BrokerError::Thread)?;
 
     // The broker binds on its thread within moments; clients connecting
-    // before that retry quickly (see `ingest::Backoff`).
+    // before that retry quickly (see `ingest::poll_until_stopped`).
     Ok(addr)
 }

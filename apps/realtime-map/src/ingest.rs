@@ -84,20 +84,20 @@ pub fn client(broker: &Broker, client_id: &str) -> (AsyncClient, EventLoop) {
 /// Reconnection pacing: quick retries at first (an embedded broker may be
 /// a moment from listening), then once a second. Errors are logged only
 /// once they persist.
-pub struct Backoff {
+struct Backoff {
     failing_since: Option<Instant>,
 }
 
 impl Backoff {
     /// No failure yet.
-    pub fn new() -> Self {
+    fn new() -> Self {
         Backoff {
             failing_since: None,
         }
     }
 
     /// The connection works.
-    pub fn succeeded(&mut self) {
+    fn succeeded(&mut self) {
         self.failing_since = None;
     }
 
@@ -116,12 +116,6 @@ impl Backoff {
             tracing::warn!("{who}: MQTT connection to {broker}: {error}; retrying in 1 s");
             Duration::from_secs(1)
         }
-    }
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff::new()
     }
 }
 
@@ -157,53 +151,74 @@ pub async fn run(
     fleet: ActorRef<Fleet>,
     metrics: Arc<Metrics>,
     subscribed: oneshot::Sender<()>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
     let id = format!("realtime-map-{}", std::process::id());
-    let (client, mut events) = client(&broker, &id);
+    let (client, events) = client(&broker, &id);
     let mut subscribed = Some(subscribed);
-    let mut backoff = Backoff::new();
     let mut log = MalformedLog {
         last: None,
         skipped: 0,
     };
+    poll_until_stopped(events, &broker, "subscriber", stop, |event| match event {
+        Event::Incoming(Packet::Publish(p)) => match hfp::parse(&p.payload) {
+            Ok(position) => deliver(&fleet, &metrics, position),
+            Err(why) => {
+                metrics.malformed.fetch_add(1, Relaxed);
+                log.report(&p.topic, &why);
+            }
+        },
+        Event::Incoming(Packet::ConnAck(_)) => {
+            // A clean session forgets subscriptions: renew on every connect.
+            if let Err(e) = client.try_subscribe(TOPIC_FILTER, QoS::AtMostOnce) {
+                tracing::error!("cannot subscribe to {TOPIC_FILTER}: {e}");
+            }
+        }
+        Event::Incoming(Packet::SubAck(_)) => {
+            tracing::info!("subscribed to {TOPIC_FILTER} on {broker}");
+            if let Some(tx) = subscribed.take() {
+                let _ = tx.send(());
+            }
+        }
+        _ => {}
+    })
+    .await;
+    let _ = client.try_disconnect();
+}
+
+/// Polls a client's connection until `stop` turns true, handing every event
+/// to `on_event`; after an error, reconnects: quickly at first, then once a
+/// second, logging only errors that persist. `who` names
+/// the client in the log.
+pub async fn poll_until_stopped(
+    mut events: EventLoop,
+    broker: &Broker,
+    who: &str,
+    mut stop: watch::Receiver<bool>,
+    mut on_event: impl FnMut(Event),
+) {
+    let mut backoff = Backoff::new();
     loop {
         let event = tokio::select! {
             e = events.poll() => e,
-            _ = stop.changed() => break,
+            _ = stop.changed() => return,
         };
         match event {
-            Ok(Event::Incoming(Packet::Publish(p))) => match hfp::parse(&p.payload) {
-                Ok(position) => deliver(&fleet, &metrics, position),
-                Err(why) => {
-                    metrics.malformed.fetch_add(1, Relaxed);
-                    log.report(&p.topic, &why);
+            Ok(event) => {
+                if let Event::Incoming(Packet::ConnAck(_)) = event {
+                    backoff.succeeded();
                 }
-            },
-            Ok(Event::Incoming(Packet::ConnAck(_))) => {
-                backoff.succeeded();
-                // A clean session forgets subscriptions: renew on every connect.
-                if let Err(e) = client.try_subscribe(TOPIC_FILTER, QoS::AtMostOnce) {
-                    tracing::error!("cannot subscribe to {TOPIC_FILTER}: {e}");
-                }
+                on_event(event);
             }
-            Ok(Event::Incoming(Packet::SubAck(_))) => {
-                tracing::info!("subscribed to {TOPIC_FILTER} on {broker}");
-                if let Some(tx) = subscribed.take() {
-                    let _ = tx.send(());
-                }
-            }
-            Ok(_) => {}
             Err(e) => {
-                let wait = backoff.failed("subscriber", &broker, &e);
+                let wait = backoff.failed(who, broker, &e);
                 tokio::select! {
                     _ = tokio::time::sleep(wait) => {}
-                    _ = stop.changed() => break,
+                    _ = stop.changed() => return,
                 }
             }
         }
     }
-    let _ = client.try_disconnect();
 }
 
 fn deliver(fleet: &ActorRef<Fleet>, metrics: &Metrics, position: Position) {

@@ -3,8 +3,8 @@
 
 use clap::{Parser, Subcommand};
 use realtime_map::app::{self, Config, SimulatorConfig};
-use realtime_map::ingest::{self, Broker};
-use realtime_map::simulator::{self, Simulation};
+use realtime_map::ingest::Broker;
+use realtime_map::simulator::Simulation;
 use realtime_map::App;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -156,19 +156,13 @@ async fn simulate_only(
         return Ok(());
     }
     let (stop, stopped) = watch::channel(false);
-    let id = format!("realtime-map-simulator-{}", std::process::id());
-    let (client, events) = ingest::client(&broker, &id);
-    let connection = tokio::spawn(app::drive(events, broker.clone(), stopped.clone()));
-    let publisher = tokio::spawn(simulator::publish(
-        client,
-        simulation,
-        Duration::from_secs(1),
-        stopped,
-    ));
+    let tasks = app::spawn_simulator(&broker, simulation, Duration::from_secs(1), &stopped);
     println!("realtime-map: publishing {vehicles} simulated buses to {broker}; Ctrl-C stops");
     tokio::signal::ctrl_c().await?;
     let _ = stop.send(true);
-    let _ = tokio::join!(connection, publisher);
+    for task in tasks {
+        let _ = task.await;
+    }
     Ok(())
 }
 

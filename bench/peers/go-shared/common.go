@@ -212,3 +212,22 @@ func runAndEmit(impl string, ws workloads) {
 	}()
 	emit(workload, impl, r)
 }
+
+// pingpongResult waits for each of `pairs` pairs to report how many echoes
+// it saw on done, and checks every pair saw perPair.
+func pingpongResult(t0 time.Time, done <-chan int, pairs, perPair int) result {
+	counts := make([]int, 0, pairs)
+	okAll := true
+	for i := 0; i < pairs; i++ {
+		n := <-done
+		counts = append(counts, n)
+		okAll = okAll && n == perPair
+	}
+	ms := msSince(t0)
+	if !okAll {
+		return fail(ms, "echo counts %v, expected %d each", counts, perPair)
+	}
+	r := okRate(ms, float64(2*perPair*pairs))
+	r.Extra = []kv{{"pairs", pairs}}
+	return r
+}

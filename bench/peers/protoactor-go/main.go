@@ -155,20 +155,7 @@ func pingpong(pairs, perPair, batch int) result {
 	for _, c := range clients {
 		sys.Root.Send(c, &startPing{})
 	}
-	counts := make([]int, 0, pairs)
-	okAll := true
-	for i := 0; i < pairs; i++ {
-		e := <-done
-		counts = append(counts, e)
-		okAll = okAll && e == perPair
-	}
-	ms := msSince(t0)
-	if !okAll {
-		return fail(ms, "echo counts %v, expected %d each", counts, perPair)
-	}
-	r := okRate(ms, float64(2*perPair*pairs))
-	r.Extra = []kv{{"pairs", pairs}}
-	return r
+	return pingpongResult(t0, done, pairs, perPair)
 }
 
 // ------------------------------------------------------------ 3 skynet
