@@ -92,13 +92,17 @@
 //! ## Deterministic simulation
 //!
 //! A [`Simulation`] runs every actor of a system on the test's thread and
-//! takes every scheduling choice (which ready actor runs next, how many
-//! messages it handles this turn) from a seeded PRNG, on virtual time. The
-//! same seed replays the same run turn for turn; [`simulate`] runs a test
-//! body under many seeds (100 by default, `TROUBADOUR_SIM_SEEDS=10000` for a
-//! nightly job) and, when one fails, prints its seed, the command that
-//! replays only that seed (`TROUBADOUR_SIM_SEED=<seed> cargo test <name> --
-//! --exact`) and the end of its trace.
+//! holds every message in flight until it chooses to deliver it. Every
+//! choice comes from a seeded PRNG, on virtual time: deliver which
+//! message next (only the oldest of each sender-receiver pair may go, so
+//! per-pair order always holds, but a message may overtake one sent
+//! earlier by someone else), run which ready actor, with how many messages
+//! this turn. The same seed replays the same run event for event;
+//! [`simulate`] runs a test body under many seeds (100 by default,
+//! `TROUBADOUR_SIM_SEEDS=10000` for a nightly job) and, when one fails,
+//! prints its seed, the command that replays only that seed
+//! (`TROUBADOUR_SIM_SEED=<seed> cargo test <name> -- --exact`) and the end
+//! of its trace.
 //!
 //! ```
 //! use troubadour::prelude::*;
@@ -125,15 +129,74 @@
 //! `ask`, debit with `tell`) that the simulator breaks within a few seeds,
 //! and its fix, which survives all of them.
 //!
-//! Not here yet: fault injection (panic, stop or delay chosen by the seed),
-//! a message-level trace (who sent what to whom; the trace today lists
-//! turns, clock moves and the test's notes), and simulation of tokio's own
-//! timers and I/O inside async handlers (awaiting other actors' replies and
-//! [`SystemHandle::sleep`](troubadour::SystemHandle::sleep) is simulated).
+//! ### The trace
+//!
+//! [`Simulation::trace_text`] tells the run as a story: who sent what to
+//! whom (`send #12 <3> -> <4> tell bank::Withdraw`), when each message was
+//! delivered, each turn with its budget, each fault and clock move, and the
+//! test's own [`note`](Simulation::note)s. [`Simulation::trace`] gives the
+//! same as [`TraceEvent`] values for assertions.
+//!
+//! ### Fault injection
+//!
+//! A fault happens at a message, which pins it to a point in the
+//! receiver's history and makes it replay exactly:
+//!
+//! * [`Fault::Panic`]: the receiver panics when it reaches the message (its
+//!   supervisor restarts it, or not); [`Fault::Stop`]: it stops just
+//!   before; [`Fault::Delay`]: the message arrives later in virtual time
+//!   (its sender's later messages wait behind it); [`Fault::Drop`]: it is
+//!   lost, as a network may lose it (an `ask` for it times out).
+//! * At a point the test picks: [`Simulation::inject`] with a predicate on
+//!   the [`InFlight`] message (its sender, receiver and type).
+//! * At random, chosen by the seed: [`Simulation::set_faults`] with
+//!   probabilities in [`Faults`], optionally only for some messages.
+//!
+//! ```
+//! use troubadour::prelude::*;
+//! use troubadour_testkit::{Fault, Simulation};
+//!
+//! struct Counter(u32);
+//! impl Actor for Counter {}
+//! struct Add;
+//! impl Message for Add { type Reply = u32; }
+//! impl Handler<Add> for Counter {
+//!     fn handle(&mut self, _: Add, _: &mut Context<Self>) -> u32 { self.0 += 1; self.0 }
+//! }
+//! # std::panic::set_hook(Box::new(|_| {}));
+//!
+//! let mut sim = Simulation::new(1);
+//! // Restarted from the factory when it fails.
+//! let counter = sim.spawn_with(|| Counter(0))?;
+//! let id = counter.id();
+//! // The counter panics at the first message it gets.
+//! sim.inject(Fault::Panic, move |m| m.to() == id);
+//! assert_eq!(sim.block_on(counter.ask(Add)), Err(AskError::NoReply));
+//! assert_eq!(sim.block_on(counter.ask(Add))?, 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! ### Limits
+//!
+//! Handlers that await other actors' replies or
+//! [`SystemHandle::sleep`](troubadour::SystemHandle::sleep) are simulated;
+//! tokio's own timers and I/O inside async handlers are not (they run on
+//! tokio's threads, outside the seed's control). Replies to `ask`s are not
+//! held in flight: they reach the asker as soon as they are sent.
+//! Duplicated messages and partitions are network faults; they come with
+//! the remote layer, which will feed the same [`InFlight`] hook.
 #![warn(missing_docs)]
 
+mod channels;
+mod explore;
+mod faults;
 mod probe;
 mod simulation;
+mod trace;
 
+pub use explore::{seeds, simulate, SEEDS_VAR, SEED_VAR};
+pub use faults::{Fault, Faults};
 pub use probe::{ProbeActor, TestProbe};
-pub use simulation::{seeds, simulate, Simulation, TraceEvent, SEEDS_VAR, SEED_VAR};
+pub use simulation::Simulation;
+pub use trace::TraceEvent;
+pub use troubadour::InFlight;

@@ -35,12 +35,18 @@ impl Message for Token {
     type Reply = ();
 }
 impl Handler<Token> for Peer {
-    fn handle(&mut self, t: Token, _: &mut Context<Self>) {
+    fn handle(&mut self, t: Token, ctx: &mut Context<Self>) {
+        // A token from another peer can overtake the test's `Join` (they
+        // come from different senders): keep it until we know our peers.
+        if self.peers.is_empty() {
+            ctx.stash(t);
+            return;
+        }
         log(
             &self.log,
             format!("{} got token {} at hop {}", self.me, t.id, t.hops),
         );
-        if t.hops > 0 && !self.peers.is_empty() {
+        if t.hops > 0 {
             let next = (self.me * 7 + t.id as usize + t.hops as usize) % self.peers.len();
             let _ = self.peers[next].tell(Token {
                 id: t.id,
@@ -67,8 +73,9 @@ impl Message for Join {
     type Reply = ();
 }
 impl Handler<Join> for Peer {
-    fn handle(&mut self, Join(peers): Join, _: &mut Context<Self>) {
+    fn handle(&mut self, Join(peers): Join, ctx: &mut Context<Self>) {
         self.peers = peers;
+        ctx.unstash_all();
     }
 }
 

@@ -9,7 +9,7 @@
 use crate::actor::{Actor, Message};
 use crate::blocking::block_on;
 use crate::cell::ActorCell;
-use crate::envelope::{envelope, Handles};
+use crate::envelope::{envelope, Handles, ReplyTo};
 use crate::error::{AskError, SendError};
 use crate::exit::{ActorId, ExitReason};
 use crate::signal::{Signal, Watcher};
@@ -83,15 +83,9 @@ impl<A: Actor> ActorRef<A> {
         !self.cell.is_closed()
     }
 
+    /// Takes room in a bounded mailbox.
     #[inline]
-    fn reserve<M>(&self, msg: M) -> Result<M, SendError<M>> {
-        if self.cell.is_closed() {
-            self.cell
-                .system
-                .dead_letters
-                .record(self.cell.id, std::any::type_name::<M>());
-            return Err(SendError::Stopped(msg));
-        }
+    fn take_permit<M>(&self, msg: M) -> Result<M, SendError<M>> {
         if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
             match sem.try_acquire() {
                 Ok(permit) => permit.forget(),
@@ -102,6 +96,40 @@ impl<A: Actor> ActorRef<A> {
             }
         }
         Ok(msg)
+    }
+
+    /// The rare path of a send: to a stopped actor (a dead letter), or to
+    /// one whose messages are held for a simulation. `has_room`: the caller
+    /// already holds a bounded mailbox's permit.
+    #[cold]
+    #[inline(never)]
+    fn send_rare<M, K>(
+        &self,
+        msg: M,
+        reply: Option<ReplyTo<M::Reply>>,
+        has_room: bool,
+    ) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        let name = std::any::type_name::<M>();
+        let bound = self.cell.config.as_ref().and_then(|c| c.bound.as_ref());
+        if self.cell.is_closed() {
+            if let (true, Some(sem)) = (has_room, bound) {
+                sem.add_permits(1);
+            }
+            self.cell.system.dead_letters.record(self.cell.id, name);
+            return Err(SendError::Stopped(msg));
+        }
+        let msg = if has_room {
+            msg
+        } else {
+            self.take_permit(msg)?
+        };
+        let ask = reply.is_some();
+        self.cell.hold(envelope::<A, M, K>(msg, reply), name, ask);
+        Ok(())
     }
 
     /// Sends a message without waiting (fire and forget). Never blocks: on an
@@ -124,7 +152,10 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handles<M, K>,
     {
-        let msg = self.reserve(msg)?;
+        if self.cell.closed_or_held() {
+            return self.send_rare::<M, K>(msg, None, false);
+        }
+        let msg = self.take_permit(msg)?;
         self.cell.enqueue(envelope::<A, M, K>(msg, None));
         Ok(())
     }
@@ -151,13 +182,8 @@ impl<A: Actor> ActorRef<A> {
                 Ok(permit) => permit.forget(),
                 Err(_) => return Err(SendError::Stopped(msg)),
             }
-            if self.cell.is_closed() {
-                sem.add_permits(1);
-                self.cell
-                    .system
-                    .dead_letters
-                    .record(self.cell.id, std::any::type_name::<M>());
-                return Err(SendError::Stopped(msg));
+            if self.cell.closed_or_held() {
+                return self.send_rare::<M, K>(msg, None, true);
             }
             self.cell.enqueue(envelope::<A, M, K>(msg, None));
             Ok(())
@@ -177,13 +203,21 @@ impl<A: Actor> ActorRef<A> {
         A: Handles<M, K>,
     {
         let system = &self.cell.system;
-        let state = match self.reserve(msg) {
-            Ok(msg) => {
-                let (tx, rx) = oneshot::channel();
-                self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx)));
-                AskState::Waiting(rx)
+        let state = if self.cell.closed_or_held() {
+            let (tx, rx) = oneshot::channel();
+            match self.send_rare::<M, K>(msg, Some(tx), false) {
+                Ok(()) => AskState::Waiting(rx),
+                Err(e) => AskState::Failed(Some(e.into())),
             }
-            Err(e) => AskState::Failed(Some(e.into())),
+        } else {
+            match self.take_permit(msg) {
+                Ok(msg) => {
+                    let (tx, rx) = oneshot::channel();
+                    self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx)));
+                    AskState::Waiting(rx)
+                }
+                Err(e) => AskState::Failed(Some(e.into())),
+            }
         };
         Ask {
             state,

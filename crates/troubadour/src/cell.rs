@@ -19,8 +19,9 @@ use crate::actor::Actor;
 use crate::context::Context;
 use crate::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
 use crate::exit::{panic_message, ActorId, ExitReason, Exited};
+use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
-use crate::run_state::{Notify, RunState, CLOSED, DETACHED, NAMED, SCHEDULED, WOKEN};
+use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, WOKEN};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::{Restart, RestartLog};
 use crate::system::SystemCore;
@@ -168,8 +169,9 @@ impl<A: Actor> ActorCell<A> {
         config: Option<Box<CellConfig>>,
         extras: Option<Box<Extras<A>>>,
     ) -> Arc<Self> {
+        let held = if system.holds_messages() { HELD } else { 0 };
         Arc::new(ActorCell {
-            run: RunState::new(SCHEDULED),
+            run: RunState::new(SCHEDULED | held),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(true),
@@ -188,6 +190,29 @@ impl<A: Actor> ActorCell<A> {
     #[inline]
     pub(crate) fn is_closed(&self) -> bool {
         self.run.load() & CLOSED != 0
+    }
+
+    /// `true` if a send must take the rare path: the actor has stopped, or
+    /// its messages are held for a simulation. One load and one test, the
+    /// same as `is_closed`.
+    #[inline]
+    pub(crate) fn closed_or_held(&self) -> bool {
+        self.run.load() & (CLOSED | HELD) != 0
+    }
+
+    /// A send to a held actor: the node goes to the system's outbox, or
+    /// straight in once the system is shutting down (nobody will deliver
+    /// it any more).
+    pub(crate) fn hold(self: &Arc<Self>, env: *mut Envelope<A>, message: &'static str, ask: bool) {
+        let core = &self.system;
+        match core.outbox() {
+            Some(outbox) if !core.is_shutting_down() => {
+                let from = core.scheduler.current_actor();
+                let held = InFlight::new(from, self.clone(), env, message, ask);
+                outbox.lock().unwrap_or_else(|p| p.into_inner()).push(held);
+            }
+            _ => self.enqueue(env),
+        }
     }
 
     /// Enqueues a built message node and makes sure someone will run it.

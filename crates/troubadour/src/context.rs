@@ -86,6 +86,12 @@ impl<A: Actor> Context<A> {
         SystemHandle::from_core(self.cell().system.clone())
     }
 
+    /// Counts a message that reached this actor too late to be handled.
+    pub(crate) fn dead_letter(&self, message: &'static str) {
+        let cell = self.cell();
+        cell.system.dead_letters.record(cell.id, message);
+    }
+
     /// Stops this actor after the current handler returns: its children
     /// stop first, then `stopped` runs. Exit reason
     /// [`ExitReason::Normal`]. Messages still queued go to dead letters.

@@ -163,6 +163,89 @@ unsafe fn discard<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> &'static 
     std::any::type_name::<M>()
 }
 
+/// What a simulation makes an actor do when it reaches a point in its
+/// mailbox (see `in_flight.rs`).
+pub(crate) enum InjectedFault {
+    /// Panic, as if the handler of the wrapped message had: the message is
+    /// lost with the handler that never ran.
+    Panic(String),
+    /// Stop normally before the wrapped message, which becomes a dead
+    /// letter.
+    Stop,
+}
+
+/// A node that carries an injected fault instead of a message. It sits in
+/// the mailbox like any message, so the fault happens exactly at its place
+/// in the actor's message order.
+#[repr(C)]
+struct Injected<A: crate::Actor> {
+    head: Envelope<A>,
+    fault: InjectedFault,
+    /// The message the fault was injected at (owned; may be null).
+    victim: *mut Envelope<A>,
+}
+
+trait InjectedVTable: crate::Actor {
+    const INJECTED: &'static EnvelopeVTable<Self>;
+}
+
+impl<A: crate::Actor> InjectedVTable for A {
+    const INJECTED: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_injected::<A>,
+        discard: discard_injected::<A>,
+    };
+}
+
+/// Builds a fault node. `victim` (owned, or null) is freed when the node is.
+pub(crate) fn injected<A: crate::Actor>(
+    fault: InjectedFault,
+    victim: *mut Envelope<A>,
+) -> *mut Envelope<A> {
+    let node = Box::new(Injected {
+        head: Envelope {
+            link: Link::new(),
+            vtable: <A as InjectedVTable>::INJECTED,
+        },
+        fault,
+        victim,
+    });
+    Box::into_raw(node) as *mut Envelope<A>
+}
+
+/// Frees a fault node and its victim; returns the victim's type name.
+unsafe fn take_injected<A: crate::Actor>(p: *mut Envelope<A>) -> (InjectedFault, &'static str) {
+    let node = Box::from_raw(p as *mut Injected<A>);
+    let Injected { fault, victim, .. } = *node;
+    let name = if victim.is_null() {
+        "an injected fault"
+    } else {
+        Envelope::discard(victim)
+    };
+    (fault, name)
+}
+
+unsafe fn handle_injected<A: crate::Actor>(
+    p: *mut Envelope<A>,
+    _actor: &mut A,
+    ctx: &mut Context<A>,
+) -> Handled {
+    match take_injected(p) {
+        // Unwinds to the turn's `catch_unwind`, the path of a real panic;
+        // the message went down with it, as a real panic's would.
+        (InjectedFault::Panic(message), _) => panic!("{message}"),
+        // The message arrived after the stop: a dead letter.
+        (InjectedFault::Stop, name) => {
+            ctx.stop();
+            ctx.dead_letter(name);
+        }
+    }
+    Handled::Done
+}
+
+unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>) -> &'static str {
+    take_injected(p).1
+}
+
 // Stash support. While a handler runs for an `ask`, this thread-local points
 // at the dispatch frame's reply slot, so `ctx.stash(msg)` can move the reply
 // channel along with the message and the reply is sent when the stashed

@@ -34,6 +34,9 @@ pub const NAMED: u32 = 1 << 3;
 pub const DETACHED: u32 = 1 << 4;
 /// Stopped with `ExitReason::Normal` (remembered without an allocation).
 pub const EXITED_NORMAL: u32 = 1 << 5;
+/// Sends to this actor are held in flight for a simulation to deliver (see
+/// `in_flight.rs`). Set at creation, never changed.
+pub const HELD: u32 = 1 << 6;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Notify {

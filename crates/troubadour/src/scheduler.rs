@@ -28,7 +28,7 @@ use crate::exit::ActorId;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::sync::{Parker, Unparker};
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -65,6 +65,9 @@ pub(crate) struct Scheduler {
     /// `Some` for a manually driven scheduler (no worker threads; see
     /// [`Scheduler::manual`]): the actors that are ready to run.
     manual: Option<Mutex<Vec<Task>>>,
+    /// On a manual scheduler: the id of the actor whose turn is running
+    /// (0: none), so a held message knows its sender.
+    current: AtomicU64,
 }
 
 /// One turn a manually driven scheduler ran.
@@ -115,6 +118,7 @@ impl Scheduler {
                         threads: Mutex::new(handles),
                         tokio,
                         manual: None,
+                        current: AtomicU64::new(0),
                     };
                     partial.shutdown();
                     return Err(e);
@@ -126,6 +130,7 @@ impl Scheduler {
             threads: Mutex::new(handles),
             tokio,
             manual: None,
+            current: AtomicU64::new(0),
         })
     }
 
@@ -151,11 +156,34 @@ impl Scheduler {
             threads: Mutex::new(Vec::new()),
             tokio,
             manual: Some(Mutex::new(Vec::new())),
+            current: AtomicU64::new(0),
         }
     }
 
     pub(crate) fn is_manual(&self) -> bool {
         self.manual.is_some()
+    }
+
+    /// On a manual scheduler, the actor whose turn is running on the
+    /// caller's thread.
+    pub(crate) fn current_actor(&self) -> Option<ActorId> {
+        match self.current.load(Ordering::Relaxed) {
+            0 => None,
+            id => Some(ActorId(id)),
+        }
+    }
+
+    /// On a manual scheduler: how many actors are ready to run (0 on a
+    /// scheduler with workers).
+    pub(crate) fn ready_len(&self) -> usize {
+        let Some(manual) = self.manual.as_ref() else {
+            return 0;
+        };
+        let mut ready = manual.lock().unwrap_or_else(|p| p.into_inner());
+        while let Some(t) = steal_one(&self.shared.injector) {
+            ready.push(t);
+        }
+        ready.len()
     }
 
     /// On a manual scheduler: runs one turn of the ready actor `choose`
@@ -182,7 +210,10 @@ impl Scheduler {
         let (task, n, budget) = task;
         let actor = task.id();
         let _runtime = self.tokio.enter();
-        if let Turn::Again = task.clone().run_turn(budget) {
+        self.current.store(actor.0, Ordering::Relaxed);
+        let turn = task.clone().run_turn(budget);
+        self.current.store(0, Ordering::Relaxed);
+        if let Turn::Again = turn {
             self.shared.injector.push(task);
         }
         Some(TurnRun {

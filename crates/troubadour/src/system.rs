@@ -6,6 +6,7 @@ use crate::actor_ref::{ActorRef, Recipient};
 use crate::dead_letters::{DeadLetter, DeadLetters};
 use crate::error::{RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
+use crate::in_flight::InFlight;
 use crate::registry::Registry;
 use crate::scheduler::{Scheduler, TurnRun};
 use crate::signal::{ControlHandle, Signal};
@@ -35,9 +36,20 @@ pub(crate) struct SystemCore {
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
     next_id: AtomicU64,
     shutting_down: AtomicBool,
+    /// `Some` on a system built with `hold_messages`: sends not yet
+    /// delivered, in the order they were made.
+    outbox: Option<Mutex<Vec<InFlight>>>,
 }
 
 impl SystemCore {
+    pub(crate) fn holds_messages(&self) -> bool {
+        self.outbox.is_some()
+    }
+
+    pub(crate) fn outbox(&self) -> Option<&Mutex<Vec<InFlight>>> {
+        self.outbox.as_ref()
+    }
+
     pub(crate) fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -353,6 +365,24 @@ impl SystemHandle {
         self.core.scheduler.run_one(choose)
     }
 
+    /// On a manually scheduled system: how many actors are ready to run
+    /// (the `n` the next [`run_one`](Self::run_one) will choose from). 0 on
+    /// a system with worker threads.
+    pub fn ready_actors(&self) -> usize {
+        self.core.scheduler.ready_len()
+    }
+
+    /// On a system built with
+    /// [`hold_messages`](ActorSystemBuilder::hold_messages): every message
+    /// sent since the last call, in the order sent, for the caller to
+    /// deliver. Empty on other systems.
+    pub fn take_in_flight(&self) -> Vec<InFlight> {
+        match self.core.outbox() {
+            Some(outbox) => std::mem::take(&mut *outbox.lock().unwrap_or_else(|p| p.into_inner())),
+            None => Vec::new(),
+        }
+    }
+
     /// A future that completes after `duration` on the system's clock: real
     /// time, or virtual time on a system built with
     /// [`virtual_time`](ActorSystemBuilder::virtual_time) (where it is what
@@ -407,6 +437,7 @@ pub struct ActorSystemBuilder {
     tokio: Option<tokio::runtime::Handle>,
     virtual_time: bool,
     manual_scheduling: bool,
+    hold_messages: bool,
 }
 
 impl Default for ActorSystemBuilder {
@@ -419,6 +450,7 @@ impl Default for ActorSystemBuilder {
             tokio: None,
             virtual_time: false,
             manual_scheduling: false,
+            hold_messages: false,
         }
     }
 }
@@ -484,6 +516,18 @@ impl ActorSystemBuilder {
         self
     }
 
+    /// Every `tell` and `ask` is held as an [`InFlight`] instead of entering
+    /// the mailbox, until whoever drives the system takes it with
+    /// [`SystemHandle::take_in_flight`] and delivers it (or injects a fault
+    /// in its place). This is how the test kit's simulation chooses the
+    /// interleaving of messages from different senders and injects faults;
+    /// a system without it pays nothing for it. Once the system shuts down,
+    /// sends go straight to mailboxes again.
+    pub fn hold_messages(mut self) -> Self {
+        self.hold_messages = true;
+        self
+    }
+
     /// Uses this tokio runtime for handlers' I/O and timers. By default the
     /// current multi-threaded runtime is used when there is one (inside
     /// `#[tokio::main]`), else the system starts a small one of its own.
@@ -542,6 +586,7 @@ impl ActorSystemBuilder {
             own_runtime: Mutex::new(own),
             next_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
+            outbox: self.hold_messages.then(|| Mutex::new(Vec::new())),
         });
         Ok(ActorSystem {
             handle: SystemHandle { core },
@@ -610,6 +655,12 @@ impl ActorSystem {
             return Ok(());
         }
         let on_worker = core.scheduler.is_worker_thread();
+        // Held messages were sent before the shutdown: they reach their
+        // actors (and are drained to dead letters with them), and later
+        // sends are no longer held.
+        for held in self.take_in_flight() {
+            held.deliver();
+        }
         core.guardian.stop_all();
         let until = Instant::now() + deadline;
         let mut left = if core.scheduler.is_manual() {
