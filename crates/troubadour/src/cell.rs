@@ -623,14 +623,8 @@ impl<A: Actor> ControlHandle for ActorCell<A> {
         self.id
     }
 
-    fn signal(&self, signal: Signal) {
-        // Signals need the Arc to schedule; every handle is an Arc'd cell.
-        // SAFETY: `self` lives in an Arc (cells are only built by `new`).
-        let arc = unsafe {
-            Arc::increment_strong_count(self as *const Self);
-            Arc::from_raw(self as *const Self)
-        };
-        arc.send_signal(signal);
+    fn signal(self: Arc<Self>, signal: Signal) {
+        self.send_signal(signal);
     }
 
     fn is_stopped(&self) -> bool {

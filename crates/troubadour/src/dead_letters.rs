@@ -53,6 +53,15 @@ impl DeadLetters {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// Drops every subscription: a subscriber is an actor, which holds the
+    /// system, which holds this list, so shutdown must break the cycle.
+    pub(crate) fn clear(&self) {
+        self.has_subscribers.store(false, Ordering::Release);
+        let subs =
+            std::mem::take(&mut *self.subscribers.write().unwrap_or_else(|p| p.into_inner()));
+        drop(subs);
+    }
+
     pub(crate) fn subscribe(&self, r: Recipient<DeadLetter>) {
         let mut subs = self.subscribers.write().unwrap_or_else(|p| p.into_inner());
         subs.retain(|s| s.is_alive());

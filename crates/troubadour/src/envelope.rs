@@ -17,7 +17,6 @@
 use crate::actor::{AsyncHandler, Handler, Message};
 use crate::context::Context;
 use crate::mailbox::Link;
-use mimalloc::MiMalloc;
 use std::alloc::{GlobalAlloc, Layout};
 use std::any::TypeId;
 use std::cell::Cell;
@@ -26,6 +25,13 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::Poll;
 use tokio::sync::oneshot;
+
+/// Where message nodes come from. Miri cannot run mimalloc's C code, so
+/// under Miri nodes come from the system allocator (same contract).
+#[cfg(not(miri))]
+const NODES: mimalloc::MiMalloc = mimalloc::MiMalloc;
+#[cfg(miri)]
+const NODES: std::alloc::System = std::alloc::System;
 
 /// The reply channel of an `ask`.
 pub(crate) type ReplyTo<R> = oneshot::Sender<R>;
@@ -106,7 +112,7 @@ where
     };
     let layout = Layout::new::<Typed<A, M>>();
     // SAFETY: the layout has a non-zero size (a link and a vtable pointer).
-    let p = unsafe { GlobalAlloc::alloc(&MiMalloc, layout) } as *mut Typed<A, M>;
+    let p = unsafe { GlobalAlloc::alloc(&NODES, layout) } as *mut Typed<A, M>;
     if p.is_null() {
         std::alloc::handle_alloc_error(layout);
     }
@@ -122,7 +128,7 @@ where
 unsafe fn take<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> Typed<A, M> {
     let p = p as *mut Typed<A, M>;
     let node = p.read();
-    GlobalAlloc::dealloc(&MiMalloc, p as *mut u8, Layout::new::<Typed<A, M>>());
+    GlobalAlloc::dealloc(&NODES, p as *mut u8, Layout::new::<Typed<A, M>>());
     node
 }
 

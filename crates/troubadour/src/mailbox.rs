@@ -153,7 +153,14 @@ impl Queue {
     #[inline]
     unsafe fn pop_from(&self, head_slot: &mut *mut Link) -> Pop {
         let stub = self.stub();
-        let mut head = self.resolve(*head_slot);
+        // A stored stub address carries the provenance of whichever borrow
+        // of the queue stored it; use the one from `self` instead, so the
+        // owner's `&mut` (in the cell's `Drop`) is never bypassed. Miri's
+        // borrow checking holds us to this; the compiled code is the same.
+        let mut head = match *head_slot {
+            p if p.is_null() || p == stub => stub,
+            p => p,
+        };
         let mut next = (*head).next.load(Ordering::Acquire);
         if head == stub {
             if next.is_null() {

@@ -72,6 +72,9 @@ impl SignalNode {
 /// the system need without knowing the actor's type.
 pub(crate) trait ControlHandle: Send + Sync + 'static {
     fn id(&self) -> ActorId;
-    fn signal(&self, signal: Signal);
+    /// Takes the `Arc` because queueing a signal may schedule the actor,
+    /// which needs an owned reference; making one from `&self` would not be
+    /// allowed to touch the reference counts (Miri's Stacked Borrows).
+    fn signal(self: Arc<Self>, signal: Signal);
     fn is_stopped(&self) -> bool;
 }

@@ -172,7 +172,7 @@ impl Guardian {
         };
         // Newest first, as Erlang supervisors stop children in reverse start
         // order.
-        for c in children.iter().rev() {
+        for c in children.into_iter().rev() {
             c.signal(Signal::Stop(ExitReason::Shutdown));
         }
     }
@@ -682,6 +682,7 @@ impl ActorSystem {
         core.scheduler.shutdown();
         core.guardian.clear();
         core.registry.clear();
+        core.dead_letters.clear();
         if let Some(rt) = core.own_runtime.lock().ok().and_then(|mut r| r.take()) {
             rt.shutdown_background();
         }

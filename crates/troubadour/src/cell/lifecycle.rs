@@ -185,7 +185,7 @@ impl<A: Actor> ActorCell<A> {
             return false;
         }
         for child in extras.children.values() {
-            child.signal(Signal::Stop(ExitReason::Shutdown));
+            Arc::clone(child).signal(Signal::Stop(ExitReason::Shutdown));
         }
         extras.then = Some(then);
         self.set_phase(Phase::Draining);
@@ -194,7 +194,7 @@ impl<A: Actor> ActorCell<A> {
 
     pub(super) unsafe fn kill_children(&self) {
         if let Some(extras) = self.extras_opt() {
-            for child in std::mem::take(&mut extras.children).values() {
+            for child in std::mem::take(&mut extras.children).into_values() {
                 child.signal(Signal::Kill);
             }
         }
