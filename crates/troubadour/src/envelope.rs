@@ -187,7 +187,7 @@ pub(crate) enum InjectedFault {
 struct Injected<A: crate::Actor> {
     head: Envelope<A>,
     fault: InjectedFault,
-    /// The message the fault was injected at (owned; may be null).
+    /// The message the fault was injected at (owned).
     victim: *mut Envelope<A>,
 }
 
@@ -202,7 +202,7 @@ impl<A: crate::Actor> InjectedVTable for A {
     };
 }
 
-/// Builds a fault node. `victim` (owned, or null) is freed when the node is.
+/// Builds a fault node. `victim` (owned) is freed when the node is.
 pub(crate) fn injected<A: crate::Actor>(
     fault: InjectedFault,
     victim: *mut Envelope<A>,
@@ -222,12 +222,7 @@ pub(crate) fn injected<A: crate::Actor>(
 unsafe fn take_injected<A: crate::Actor>(p: *mut Envelope<A>) -> (InjectedFault, &'static str) {
     let node = Box::from_raw(p as *mut Injected<A>);
     let Injected { fault, victim, .. } = *node;
-    let name = if victim.is_null() {
-        "an injected fault"
-    } else {
-        Envelope::discard(victim)
-    };
-    (fault, name)
+    (fault, Envelope::discard(victim))
 }
 
 unsafe fn handle_injected<A: crate::Actor>(

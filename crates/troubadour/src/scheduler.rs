@@ -176,14 +176,21 @@ impl Scheduler {
     /// On a manual scheduler: how many actors are ready to run (0 on a
     /// scheduler with workers).
     pub(crate) fn ready_len(&self) -> usize {
-        let Some(manual) = self.manual.as_ref() else {
-            return 0;
-        };
-        let mut ready = manual.lock().unwrap_or_else(|p| p.into_inner());
+        self.ready().map_or(0, |ready| ready.len())
+    }
+
+    /// On a manual scheduler: the ready list, with everything that became
+    /// ready since the last look appended in the order it happened.
+    fn ready(&self) -> Option<std::sync::MutexGuard<'_, Vec<Task>>> {
+        let mut ready = self
+            .manual
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         while let Some(t) = steal_one(&self.shared.injector) {
             ready.push(t);
         }
-        ready.len()
+        Some(ready)
     }
 
     /// On a manual scheduler: runs one turn of the ready actor `choose`
@@ -192,12 +199,8 @@ impl Scheduler {
     /// Ready actors are listed in the order they became ready. `None` when
     /// nothing is ready (or the scheduler is not manual).
     pub(crate) fn run_one(&self, choose: &mut dyn FnMut(usize) -> (usize, u32)) -> Option<TurnRun> {
-        let manual = self.manual.as_ref()?;
         let task = {
-            let mut ready = manual.lock().unwrap_or_else(|p| p.into_inner());
-            while let Some(t) = steal_one(&self.shared.injector) {
-                ready.push(t);
-            }
+            let mut ready = self.ready()?;
             if ready.is_empty() {
                 return None;
             }
