@@ -4,7 +4,7 @@
 use crate::actor::{Actor, Handler, Message};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorCell, Phase, Request};
-use crate::envelope::{envelope, take_current_reply, Handles, Immediate};
+use crate::envelope::{envelope, envelope_alone, take_current_reply, Handles, Immediate};
 use crate::error::SpawnError;
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
@@ -298,7 +298,7 @@ impl<A: Actor> Context<A> {
         A: Handles<M, K>,
     {
         let reply = take_current_reply::<M::Reply>();
-        let env = envelope::<A, M, K>(msg, reply);
+        let env = envelope_alone::<A, M, K>(msg, reply);
         // SAFETY: the actor's own turn.
         unsafe { self.cell().extras().stash.push_back(env) };
     }

@@ -1,13 +1,8 @@
-//! A message in a mailbox: one heap node holding the intrusive link, a
-//! pointer to a static table of functions for its `(actor, message)` pair,
-//! the message itself and, for an `ask`, the reply channel. One allocation
-//! per message; no `Box<dyn>` inside a box.
-//!
-//! Nodes come from mimalloc, whatever the program's global allocator: a
-//! node is allocated by the sender's thread and freed by the receiver's, the
-//! pattern glibc's malloc handles worst (60 % of the counting workload's
-//! time with it; see ARCHITECTURE.md for the measurements, including a
-//! home-made per-thread pool that lost to mimalloc).
+//! A message in a mailbox: one node holding the intrusive link, a pointer
+//! to a static table of functions for its `(actor, message)` pair, the
+//! message itself and, for an `ask`, the reply channel. One allocation per
+//! message, carved from the sending thread's slab (`nodes.rs`); no
+//! `Box<dyn>` inside a box.
 //!
 //! [`Handles`] ties a message type to an actor whether the actor implements
 //! the synchronous [`Handler`] or the [`AsyncHandler`]: the second type
@@ -17,7 +12,8 @@
 use crate::actor::{AsyncHandler, Handler, Message};
 use crate::context::Context;
 use crate::mailbox::Link;
-use std::alloc::{GlobalAlloc, Layout};
+use crate::nodes::{self, Placement};
+use std::alloc::Layout;
 use std::any::TypeId;
 use std::cell::Cell;
 use std::future::Future;
@@ -25,13 +21,6 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::task::Poll;
 use tokio::sync::oneshot;
-
-/// Where message nodes come from. Miri cannot run mimalloc's C code, so
-/// under Miri nodes come from the system allocator (same contract).
-#[cfg(not(miri))]
-const NODES: mimalloc::MiMalloc = mimalloc::MiMalloc;
-#[cfg(miri)]
-const NODES: std::alloc::System = std::alloc::System;
 
 /// The reply channel of an `ask`.
 pub(crate) type ReplyTo<R> = oneshot::Sender<R>;
@@ -80,42 +69,80 @@ pub enum Awaiting {}
 pub trait Handles<M: Message, K>: crate::Actor {
     #[doc(hidden)]
     const VTABLE: &'static EnvelopeVTable<Self>;
+    /// For a node allocated alone (a stashed message).
+    #[doc(hidden)]
+    const VTABLE_ALONE: &'static EnvelopeVTable<Self>;
 }
 
 impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_sync::<A, M>,
-        discard: discard::<A, M>,
+        handle: handle_sync::<A, M, false>,
+        discard: discard::<A, M, false>,
+    };
+    const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, true>,
+        discard: discard::<A, M, true>,
     };
 }
 
 impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_async::<A, M>,
-        discard: discard::<A, M>,
+        handle: handle_async::<A, M, false>,
+        discard: discard::<A, M, false>,
+    };
+    const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, true>,
+        discard: discard::<A, M, true>,
     };
 }
 
+/// Where a node of this type lives. `alone` is part of the node's vtable,
+/// so the free side knows it without a flag in the node.
+const fn placement<A: crate::Actor, M: Message>(alone: bool) -> Placement {
+    if alone {
+        Placement::Alone
+    } else {
+        Placement::for_layout(Layout::new::<Typed<A, M>>())
+    }
+}
+
 /// Builds a node. The caller owns the returned pointer until it is pushed.
+#[inline]
 pub(crate) fn envelope<A, M, K>(msg: M, reply: Option<ReplyTo<M::Reply>>) -> *mut Envelope<A>
 where
     A: Handles<M, K>,
     M: Message,
 {
+    build::<A, M>(msg, reply, A::VTABLE, false)
+}
+
+/// Builds a node that may stay put for long (a stashed message): it gets an
+/// allocation of its own instead of keeping a whole slab alive.
+pub(crate) fn envelope_alone<A, M, K>(msg: M, reply: Option<ReplyTo<M::Reply>>) -> *mut Envelope<A>
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    build::<A, M>(msg, reply, A::VTABLE_ALONE, true)
+}
+
+#[inline]
+fn build<A: crate::Actor, M: Message>(
+    msg: M,
+    reply: Option<ReplyTo<M::Reply>>,
+    vtable: &'static EnvelopeVTable<A>,
+    alone: bool,
+) -> *mut Envelope<A> {
     let node = Typed {
         head: Envelope {
             link: Link::new(),
-            vtable: A::VTABLE,
+            vtable,
         },
         msg,
         reply,
     };
-    let layout = Layout::new::<Typed<A, M>>();
-    // SAFETY: the layout has a non-zero size (a link and a vtable pointer).
-    let p = unsafe { GlobalAlloc::alloc(&NODES, layout) } as *mut Typed<A, M>;
-    if p.is_null() {
-        std::alloc::handle_alloc_error(layout);
-    }
+    let p =
+        nodes::alloc(Layout::new::<Typed<A, M>>(), placement::<A, M>(alone)) as *mut Typed<A, M>;
     // SAFETY: fresh memory with the node's size and alignment.
     unsafe { p.write(node) };
     p as *mut Envelope<A>
@@ -124,11 +151,17 @@ where
 /// Moves the node's contents out and frees it.
 ///
 /// # Safety
-/// `p` must come from [`envelope`] with the same `A` and `M`.
-unsafe fn take<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> Typed<A, M> {
+/// `p` must come from [`envelope`] (`ALONE == false`) or
+/// [`envelope_alone`] (`ALONE == true`) with the same `A` and `M`.
+#[inline]
+unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(p: *mut Envelope<A>) -> Typed<A, M> {
     let p = p as *mut Typed<A, M>;
     let node = p.read();
-    GlobalAlloc::dealloc(&NODES, p as *mut u8, Layout::new::<Typed<A, M>>());
+    nodes::free(
+        p as *mut u8,
+        Layout::new::<Typed<A, M>>(),
+        placement::<A, M>(ALONE),
+    );
     node
 }
 
@@ -164,8 +197,10 @@ impl<A: crate::Actor> Envelope<A> {
     }
 }
 
-unsafe fn discard<A: crate::Actor, M: Message>(p: *mut Envelope<A>) -> &'static str {
-    drop(take::<A, M>(p));
+unsafe fn discard<A: crate::Actor, M: Message, const ALONE: bool>(
+    p: *mut Envelope<A>,
+) -> &'static str {
+    drop(take::<A, M, ALONE>(p));
     std::any::type_name::<M>()
 }
 
@@ -293,12 +328,12 @@ pub(crate) fn take_current_reply<R: Send + 'static>() -> Option<ReplyTo<R>> {
     })
 }
 
-unsafe fn handle_sync<A: Handler<M>, M: Message>(
+unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let Typed { msg, mut reply, .. } = take::<A, M>(p);
+    let Typed { msg, mut reply, .. } = take::<A, M, ALONE>(p);
     #[cfg(feature = "tracing")]
     let _span =
         tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>())
@@ -322,12 +357,12 @@ unsafe fn handle_sync<A: Handler<M>, M: Message>(
     Handled::Done
 }
 
-unsafe fn handle_async<A: AsyncHandler<M>, M: Message>(
+unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let Typed { msg, mut reply, .. } = take::<A, M>(p);
+    let Typed { msg, mut reply, .. } = take::<A, M, ALONE>(p);
     #[cfg(feature = "tracing")]
     let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
     let waker = ctx.waker();

@@ -74,6 +74,7 @@ mod error;
 mod exit;
 mod in_flight;
 mod mailbox;
+mod nodes;
 mod registry;
 mod run_state;
 mod scheduler;
@@ -116,5 +117,7 @@ pub mod prelude {
 pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
     pub use crate::mailbox::{Link, Pop, Queue, SignalStack};
+    pub use crate::nodes::SlabCount;
     pub use crate::run_state::{Notify, RunState, CLOSED, SCHEDULED};
+    pub use crate::scheduler::NextSlot;
 }

@@ -15,6 +15,14 @@
 //! global queue first. A self-flooding actor therefore yields to everything
 //! queued before it.
 //!
+//! Next actor: an actor woken by a message from the running turn goes to
+//! the worker's next-actor slot (`next_slot.rs`), which the worker runs
+//! first when the turn ends; a second one woken in the same turn goes to the
+//! deque. Other workers take from the slot only after searching in vain for
+//! a while (`SLOT_STEAL_ROUND`, a few microseconds), so the woken actor reads
+//! its mailbox on the core that wrote it instead of racing the sender for
+//! the same cache lines.
+//!
 //! Sleeping: a worker with nothing to do searches for a short while (spins,
 //! then yields) and then parks. A waker only pays for an `unpark` (a system
 //! call) when no worker is searching and one is parked. The sleep protocol:
@@ -23,24 +31,37 @@
 //! sleeper count. One of the two sees the other (store-buffer pattern), so
 //! work is never left with every worker asleep.
 
+mod next_slot;
+
 use crate::cell::{Runnable, Turn};
 use crate::exit::ActorId;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::sync::{Parker, Unparker};
+use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+#[cfg(loom)]
+pub use next_slot::NextSlot;
+#[cfg(not(loom))]
+use next_slot::NextSlot;
 
 pub(crate) type Task = Arc<dyn Runnable>;
 
 const GLOBAL_QUEUE_INTERVAL: u32 = 61;
 const SPIN_ROUNDS: u32 = 64;
 const YIELD_ROUNDS: u32 = 16;
+/// Search rounds (each about 32 spin-loop hints) before a worker takes
+/// another worker's next actor (see "Next actor" above).
+const SLOT_STEAL_ROUND: u32 = 16;
 
 struct Shared {
     injector: Injector<Task>,
     stealers: Vec<Stealer<Task>>,
+    /// Per worker: the actor its running turn woke (see `next_slot.rs`).
+    next: Vec<CachePadded<NextSlot<Task>>>,
     unparkers: Vec<Unparker>,
     sleepers: Mutex<Vec<usize>>,
     num_sleeping: AtomicUsize,
@@ -51,6 +72,7 @@ struct Shared {
 
 struct WorkerLocal {
     shared: *const Shared,
+    me: usize,
     deque: Worker<Task>,
 }
 
@@ -93,6 +115,9 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             injector: Injector::new(),
             stealers: deques.iter().map(|d| d.stealer()).collect(),
+            next: (0..threads)
+                .map(|_| CachePadded::new(NextSlot::new()))
+                .collect(),
             unparkers: parkers.iter().map(|p| p.unparker().clone()).collect(),
             sleepers: Mutex::new(Vec::with_capacity(threads)),
             num_sleeping: AtomicUsize::new(0),
@@ -146,6 +171,7 @@ impl Scheduler {
             shared: Arc::new(Shared {
                 injector: Injector::new(),
                 stealers: Vec::new(),
+                next: Vec::new(),
                 unparkers: Vec::new(),
                 sleepers: Mutex::new(Vec::new()),
                 num_sleeping: AtomicUsize::new(0),
@@ -285,6 +311,9 @@ impl Scheduler {
         // Whatever is still queued will never run; release it so actors'
         // memory (and the dead letters of their mailboxes) is reclaimed.
         while steal_one(&self.shared.injector).is_some() {}
+        for slot in &self.shared.next {
+            drop(slot.take());
+        }
         if let Some(manual) = &self.manual {
             manual.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
@@ -300,7 +329,10 @@ impl Shared {
             // alive for the whole worker loop.
             if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
                 if let Some(t) = task.take() {
-                    unsafe { (*local).deque.push(t) };
+                    let local = unsafe { &*local };
+                    if let Err(t) = self.next[local.me].put(t) {
+                        local.deque.push(t);
+                    }
                 }
             }
         });
@@ -332,7 +364,15 @@ impl Shared {
     }
 
     fn has_work(&self) -> bool {
-        !self.injector.is_empty() || self.stealers.iter().any(|s| !s.is_empty())
+        !self.injector.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
+            || self.next.iter().any(|s| s.is_full())
+    }
+
+    /// Another worker's next actor, for a worker that searched long enough.
+    fn steal_next(&self, me: usize) -> Option<Task> {
+        let n = self.next.len();
+        (1..n).find_map(|k| self.next[(me + k) % n].take())
     }
 
     fn find_task(&self, me: usize, deque: &Worker<Task>, tick: &mut u32) -> Option<Task> {
@@ -341,6 +381,9 @@ impl Shared {
             if let Some(t) = steal_one(&self.injector) {
                 return Some(t);
             }
+        }
+        if let Some(t) = self.next[me].take() {
+            return Some(t);
         }
         if let Some(t) = deque.pop() {
             return Some(t);
@@ -376,9 +419,11 @@ fn steal_one(injector: &Injector<Task>) -> Option<Task> {
 fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parker) {
     let local = WorkerLocal {
         shared: Arc::as_ptr(&shared),
+        me,
         deque,
     };
     CURRENT.with(|c| c.set(&local as *const WorkerLocal));
+    crate::nodes::batch_frees_on_this_thread();
     let deque = &local.deque;
     let mut tick = 0u32;
     'outer: loop {
@@ -386,6 +431,9 @@ fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parke
             run_task(&shared, deque, task);
             continue;
         }
+        // Frees batched by the turns run so far go to their slabs before
+        // this worker waits, so an idle worker keeps no slab alive.
+        crate::nodes::settle();
         // Search a little before sleeping: wake-ups that come soon (the
         // common case under load) then cost no system call.
         shared.num_searching.fetch_add(1, Ordering::SeqCst);
@@ -394,6 +442,13 @@ fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parke
                 shared.num_searching.fetch_sub(1, Ordering::SeqCst);
                 run_task(&shared, deque, task);
                 continue 'outer;
+            }
+            if round >= SLOT_STEAL_ROUND {
+                if let Some(task) = shared.steal_next(me) {
+                    shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+                    run_task(&shared, deque, task);
+                    continue 'outer;
+                }
             }
             if shared.shutdown.load(Ordering::Relaxed) {
                 break;
@@ -431,6 +486,9 @@ fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parke
             break;
         }
     }
+    // The slot outlives this thread (it is shared); empty it as the deque
+    // empties when it drops, so no actor is kept alive by a stopped worker.
+    drop(shared.next[me].take());
     CURRENT.with(|c| c.set(std::ptr::null()));
 }
 

@@ -1,5 +1,7 @@
 //! Loom models of the lock-free core: the mailbox queue, the signal stack,
-//! and the scheduling protocol (`run_state.rs`) driving a real queue.
+//! the scheduling protocol (`run_state.rs`) driving a real queue, the count
+//! that frees a message slab (`nodes.rs`) and a worker's next-actor slot
+//! (`scheduler/next_slot.rs`).
 //!
 //! Run: `LOOM_MAX_PREEMPTIONS=2 RUSTFLAGS="--cfg loom" cargo test -p troubadour --release --test loom_mailbox`
 //! (preemption bound 2: every interleaving with at most two forced thread
@@ -9,7 +11,9 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
-use troubadour::loom_support::{Link, Notify, Pop, Queue, RunState, SignalStack, SCHEDULED};
+use troubadour::loom_support::{
+    Link, NextSlot, Notify, Pop, Queue, RunState, SignalStack, SlabCount, SCHEDULED,
+};
 
 #[repr(C)]
 struct Node {
@@ -179,5 +183,73 @@ fn scheduling_protocol_never_loses_a_wakeup() {
         // Quiescent: nobody holds the bit, and everything was handled.
         assert_eq!(a.run.load() & SCHEDULED, 0);
         assert_eq!(a.handled.load(Ordering::SeqCst), 2);
+    });
+}
+
+/// A message slab (`nodes.rs`): its owner seals it while receivers on two
+/// threads free its nodes. Exactly one of them finds the count at zero and
+/// frees the slab, whatever the order, and nobody before the last.
+#[test]
+fn slab_freed_exactly_once() {
+    loom::model(|| {
+        let slab = Arc::new(SlabCount::new());
+        let freed = Arc::new(AtomicUsize::new(0));
+        let receivers: Vec<_> = (0..2)
+            .map(|_| {
+                let (slab, freed) = (slab.clone(), freed.clone());
+                thread::spawn(move || {
+                    if slab.release(1) {
+                        freed.fetch_add(1, Ordering::SeqCst);
+                    }
+                })
+            })
+            .collect();
+        // Three nodes carved: the two above and one the owner frees itself,
+        // batched with its seal.
+        if slab.seal(3) {
+            freed.fetch_add(1, Ordering::SeqCst);
+        }
+        if slab.release(1) {
+            freed.fetch_add(1, Ordering::SeqCst);
+        }
+        for r in receivers {
+            r.join().unwrap();
+        }
+        assert_eq!(freed.load(Ordering::SeqCst), 1);
+    });
+}
+
+/// A worker's next-actor slot (`scheduler/next_slot.rs`): the owner puts
+/// two tasks and takes back what it can while a thief steals. Every task is
+/// taken exactly once, and a put into a full or half-taken slot hands the
+/// task back instead of overwriting.
+#[test]
+fn next_slot_owner_and_thief() {
+    loom::model(|| {
+        let slot = Arc::new(NextSlot::new());
+        let thief = {
+            let slot = slot.clone();
+            thread::spawn(move || slot.take())
+        };
+        let mut taken = Vec::new();
+        let mut elsewhere = Vec::new();
+        for task in [1u32, 2] {
+            if let Err(back) = slot.put(task) {
+                // A worker pushes it to its deque instead.
+                elsewhere.push(back);
+            }
+        }
+        if let Some(t) = slot.take() {
+            taken.push(t);
+        }
+        if let Some(t) = thief.join().unwrap() {
+            taken.push(t);
+        }
+        if let Some(t) = slot.take() {
+            taken.push(t);
+        }
+        taken.extend(elsewhere);
+        taken.sort();
+        assert_eq!(taken, vec![1, 2]);
     });
 }
