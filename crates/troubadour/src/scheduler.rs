@@ -13,7 +13,10 @@
 //! more it goes to the back of the global queue, never the top of the local
 //! LIFO (which would run it again at once), and every 61st pick looks at the
 //! global queue first. A self-flooding actor therefore yields to everything
-//! queued before it.
+//! queued before it. After 16 turns in a row from the next-actor slot a
+//! worker takes the *oldest* actor of its own deque, so actors that keep
+//! waking each other (and so keep the slot busy) cannot hold back the rest
+//! of the deque either.
 //!
 //! Next actor: an actor woken by a message from the running turn goes to
 //! the worker's next-actor slot (`next_slot.rs`), which the worker runs
@@ -51,6 +54,9 @@ use next_slot::NextSlot;
 pub(crate) type Task = Arc<dyn Runnable>;
 
 const GLOBAL_QUEUE_INTERVAL: u32 = 61;
+/// After this many turns in a row from its next-actor slot, a worker takes
+/// the oldest actor of its own deque instead.
+const SLOT_STREAK: u32 = 16;
 const SPIN_ROUNDS: u32 = 64;
 const YIELD_ROUNDS: u32 = 16;
 /// Search rounds (each about 32 spin-loop hints) before a worker takes
@@ -375,16 +381,32 @@ impl Shared {
         (1..n).find_map(|k| self.next[(me + k) % n].take())
     }
 
-    fn find_task(&self, me: usize, deque: &Worker<Task>, tick: &mut u32) -> Option<Task> {
+    fn find_task(
+        &self,
+        me: usize,
+        deque: &Worker<Task>,
+        tick: &mut u32,
+        streak: &mut u32,
+    ) -> Option<Task> {
         *tick = tick.wrapping_add(1);
         if *tick % GLOBAL_QUEUE_INTERVAL == 0 {
             if let Some(t) = steal_one(&self.injector) {
                 return Some(t);
             }
         }
+        if *streak >= SLOT_STREAK {
+            // The slot is always the newest: two actors waking each other
+            // would otherwise keep everything in the deque waiting for ever.
+            *streak = 0;
+            if let Steal::Success(t) = self.stealers[me].steal() {
+                return Some(t);
+            }
+        }
         if let Some(t) = self.next[me].take() {
+            *streak += 1;
             return Some(t);
         }
+        *streak = 0;
         if let Some(t) = deque.pop() {
             return Some(t);
         }
@@ -426,8 +448,10 @@ fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parke
     crate::nodes::batch_frees_on_this_thread();
     let deque = &local.deque;
     let mut tick = 0u32;
+    // Turns in a row taken from the next-actor slot.
+    let mut streak = 0u32;
     'outer: loop {
-        if let Some(task) = shared.find_task(me, deque, &mut tick) {
+        if let Some(task) = shared.find_task(me, deque, &mut tick, &mut streak) {
             run_task(&shared, deque, task);
             continue;
         }
@@ -438,7 +462,7 @@ fn run_worker(shared: Arc<Shared>, me: usize, deque: Worker<Task>, parker: Parke
         // common case under load) then cost no system call.
         shared.num_searching.fetch_add(1, Ordering::SeqCst);
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
-            if let Some(task) = shared.find_task(me, deque, &mut tick) {
+            if let Some(task) = shared.find_task(me, deque, &mut tick, &mut streak) {
                 shared.num_searching.fetch_sub(1, Ordering::SeqCst);
                 run_task(&shared, deque, task);
                 continue 'outer;

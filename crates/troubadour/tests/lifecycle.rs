@@ -169,6 +169,81 @@ fn a_flooding_actor_does_not_starve_others() {
     system.block_on(flooder.wait_stopped());
 }
 
+/// Bounces a ball with its partner forever; the 100th bounce also wakes a
+/// bystander (by then both run only because the other woke them).
+struct Bouncer {
+    partner: Option<ActorRef<Bouncer>>,
+    bystander: Option<ActorRef<Bystander>>,
+    bounces: Arc<AtomicU64>,
+}
+impl Actor for Bouncer {}
+struct Ball;
+impl Message for Ball {
+    type Reply = ();
+}
+struct Partner(ActorRef<Bouncer>);
+impl Message for Partner {
+    type Reply = ();
+}
+impl Handler<Partner> for Bouncer {
+    fn handle(&mut self, Partner(p): Partner, _: &mut Context<Self>) {
+        self.partner = Some(p);
+    }
+}
+impl Handler<Ball> for Bouncer {
+    fn handle(&mut self, _: Ball, _: &mut Context<Self>) {
+        let bounces = self.bounces.fetch_add(1, Ordering::Relaxed);
+        if let Some(p) = &self.partner {
+            let _ = p.tell(Ball);
+        }
+        // Woken from this worker's turn, the bystander queues on this
+        // worker behind the partner, which every turn wakes again.
+        if bounces >= 100 {
+            if let Some(b) = self.bystander.take() {
+                let _ = b.tell(Ball);
+            }
+        }
+    }
+}
+
+/// Reports that it ran.
+struct Bystander(std::sync::mpsc::Sender<&'static str>);
+impl Actor for Bystander {}
+impl Handler<Ball> for Bystander {
+    fn handle(&mut self, _: Ball, _: &mut Context<Self>) {
+        let _ = self.0.send("ran");
+    }
+}
+
+#[test]
+fn two_actors_waking_each_other_do_not_starve_a_third_on_their_worker() {
+    // One worker: nobody else could steal the bystander.
+    let system = ActorSystem::builder().worker_threads(1).build();
+    let bounces = Arc::new(AtomicU64::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let bystander = system.spawn(Bystander(tx)).unwrap();
+    let bouncer = |bystander| Bouncer {
+        partner: None,
+        bystander,
+        bounces: bounces.clone(),
+    };
+    let a = system.spawn(bouncer(Some(bystander))).unwrap();
+    let b = system.spawn(bouncer(None)).unwrap();
+    a.tell(Partner(b.clone())).unwrap();
+    b.tell(Partner(a.clone())).unwrap();
+    a.tell(Ball).unwrap();
+    assert_eq!(
+        rx.recv_timeout(LIVENESS),
+        Ok("ran"),
+        "the bystander never ran"
+    );
+    assert!(bounces.load(Ordering::Relaxed) > 0, "the pair ran too");
+    a.kill();
+    b.kill();
+    system.block_on(a.wait_stopped());
+    system.block_on(b.wait_stopped());
+}
+
 /// Awaits a timer inside its handler.
 struct Napper;
 impl Actor for Napper {}
