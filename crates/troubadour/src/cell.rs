@@ -4,7 +4,7 @@
 //!
 //! Layout is kept small because a million idle actors must stay cheap: the
 //! fields every actor needs are inline; everything only some actors use
-//! (children, links, monitors, stash, timers, a restart factory, a suspended
+//! (children, links, monitors, stash, a restart factory, a suspended
 //! async handler) lives in [`Extras`], allocated on first use.
 //!
 //! Field ownership:
@@ -25,7 +25,6 @@ use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULE
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::{Restart, RestartLog};
 use crate::system::SystemCore;
-use crate::timer::TimerRef;
 
 mod lifecycle;
 use std::cell::UnsafeCell;
@@ -82,7 +81,6 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) exited_vtable: Option<fn(Exited) -> *mut Envelope<A>>,
     pub(crate) stash: EnvelopeQueue<A>,
     pub(crate) replay: EnvelopeQueue<A>,
-    pub(crate) timers: Vec<TimerRef>,
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) restart: Restart,
     pub(crate) suspended: Option<Suspended>,
@@ -104,7 +102,6 @@ impl<A: Actor> Default for Extras<A> {
             exited_vtable: None,
             stash: EnvelopeQueue::default(),
             replay: EnvelopeQueue::default(),
-            timers: Vec::new(),
             factory: None,
             restart: Restart::Temporary,
             suspended: None,
@@ -186,6 +183,18 @@ impl<A: Actor> ActorCell<A> {
     }
 
     // ---- producer side -------------------------------------------------
+
+    /// The incarnation timers armed now belong to (see `run_state.rs`).
+    pub(crate) fn incarnation(&self) -> u32 {
+        RunState::incarnation(self.run.load())
+    }
+
+    /// True while the actor is still the incarnation that armed a timer:
+    /// not stopped, not restarted or stopping since.
+    pub(crate) fn timer_is_current(&self, incarnation: u32) -> bool {
+        let bits = self.run.load();
+        bits & CLOSED == 0 && RunState::incarnation(bits) == incarnation
+    }
 
     #[inline]
     pub(crate) fn is_closed(&self) -> bool {

@@ -10,7 +10,7 @@ use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
 use crate::spawn::{spawn_actor, Source, SpawnOptions};
 use crate::system::SystemHandle;
-use crate::timer::TimerRef;
+use crate::timer::{Fired, TimerRef};
 use std::ptr::NonNull;
 use std::sync::Arc;
 use std::task::Waker;
@@ -242,19 +242,24 @@ impl<A: Actor> Context<A> {
         A: Handles<M, K>,
         K: 'static,
     {
+        // The timer holds the actor weakly and remembers which incarnation
+        // armed it: a stop or restart makes it stale, with no list of
+        // timers kept in the actor (a million actors with a timer each
+        // cost the timers, not a timer list per actor).
         let weak = Arc::downgrade(&self.arc());
+        let incarnation = self.cell().incarnation();
         let mut msg = Some(msg);
-        let timer = self.cell().system.timers.schedule(
+        self.cell().system.timers.schedule(
             delay,
             None,
-            Box::new(move || {
-                if let (Some(cell), Some(m)) = (weak.upgrade(), msg.take()) {
+            Box::new(move || match (weak.upgrade(), msg.take()) {
+                (Some(cell), Some(m)) if cell.timer_is_current(incarnation) => {
                     let _ = ActorRef::from_cell(cell).tell(m);
+                    Fired::Sent
                 }
-                false
+                _ => Fired::Stale,
             }),
-        );
-        self.keep_timer(timer)
+        )
     }
 
     /// Sends a clone of `msg` to this actor every `period`, first after one
@@ -266,23 +271,20 @@ impl<A: Actor> Context<A> {
         K: 'static,
     {
         let weak = Arc::downgrade(&self.arc());
-        let timer = self.cell().system.timers.schedule(
+        let incarnation = self.cell().incarnation();
+        self.cell().system.timers.schedule(
             period,
             Some(period),
             Box::new(move || match weak.upgrade() {
-                Some(cell) => ActorRef::from_cell(cell).tell(msg.clone()).is_ok(),
-                None => false,
+                Some(cell) if cell.timer_is_current(incarnation) => {
+                    match ActorRef::from_cell(cell).tell(msg.clone()) {
+                        Ok(()) => Fired::SentAgain,
+                        Err(_) => Fired::Sent,
+                    }
+                }
+                _ => Fired::Stale,
             }),
-        );
-        self.keep_timer(timer)
-    }
-
-    fn keep_timer(&mut self, timer: TimerRef) -> TimerRef {
-        // SAFETY: the actor's own turn.
-        let timers = unsafe { &mut self.cell().extras().timers };
-        timers.retain(|t| !t.is_done());
-        timers.push(timer.clone());
-        timer
+        )
     }
 
     /// Defers `msg` (usually the one being handled) until

@@ -37,6 +37,10 @@ pub const EXITED_NORMAL: u32 = 1 << 5;
 /// Sends to this actor are held in flight for a simulation to deliver (see
 /// `in_flight.rs`). Set at creation, never changed.
 pub const HELD: u32 = 1 << 6;
+/// The bits above this count the actor's incarnations (a restart or a stop
+/// starts a new one), so a timer armed by an earlier incarnation can tell
+/// it is stale without the actor keeping a list of its timers.
+const INCARNATION_SHIFT: u32 = 8;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Notify {
@@ -95,6 +99,18 @@ impl RunState {
     pub fn take_woken(&self) -> bool {
         self.0.load(Ordering::Relaxed) & WOKEN != 0
             && self.0.fetch_and(!WOKEN, Ordering::AcqRel) & WOKEN != 0
+    }
+
+    /// Which incarnation `bits` (a value [`load`](Self::load)ed) belong to.
+    #[inline]
+    pub fn incarnation(bits: u32) -> u32 {
+        bits >> INCARNATION_SHIFT
+    }
+
+    /// Starts a new incarnation: timers armed before it become stale. The
+    /// count wraps, after 16 million restarts of one actor.
+    pub fn new_incarnation(&self) {
+        self.0.fetch_add(1 << INCARNATION_SHIFT, Ordering::SeqCst);
     }
 
     pub fn clear(&self, bits: u32) {

@@ -134,6 +134,63 @@ fn an_interval_ticks_once_per_period_until_cancelled() {
     assert_eq!(rx.try_iter().count(), 0);
 }
 
+struct Boom;
+impl Message for Boom {
+    type Reply = ();
+}
+
+impl Handler<Boom> for Sleeper {
+    fn handle(&mut self, _: Boom, _: &mut Context<Self>) {
+        panic!("boom");
+    }
+}
+
+#[test]
+fn a_restart_cancels_the_timers_of_the_failed_incarnation() {
+    let system = ActorSystem::builder().virtual_time().build();
+    let (out, rx) = mpsc::channel();
+    let actor = system
+        .spawn_with(move || Sleeper {
+            out: out.clone(),
+            timer: None,
+        })
+        .unwrap();
+    actor.tell(Every(Duration::from_secs(1))).unwrap();
+    actor.tell(After(Duration::from_secs(90), 7)).unwrap();
+    settle(&actor);
+    assert_eq!(system.advance_time(Duration::from_millis(3_500)), Ok(3));
+    settle(&actor);
+    assert_eq!(rx.try_iter().count(), 3);
+
+    // Restarted by the guardian from its factory: the old interval and
+    // the pending one-shot belong to the failed incarnation.
+    actor.tell(Boom).unwrap();
+    actor.tell(After(Duration::from_secs(10), 8)).unwrap();
+    settle(&actor);
+    assert!(actor.is_alive(), "restarted, not stopped");
+    assert_eq!(
+        system.advance_time(2 * MINUTE),
+        Ok(1),
+        "only the new incarnation's timer fires"
+    );
+    settle(&actor);
+    assert_eq!(rx.try_iter().map(|(n, _)| n).collect::<Vec<_>>(), [8]);
+}
+
+#[test]
+fn a_stopped_actor_s_timers_fire_nothing_and_leave_no_dead_letters() {
+    let system = ActorSystem::builder().virtual_time().build();
+    let (actor, rx) = sleeper(&system);
+    actor.tell(Every(Duration::from_secs(1))).unwrap();
+    actor.tell(After(Duration::from_secs(5), 1)).unwrap();
+    settle(&actor);
+    actor.stop();
+    system.block_on(actor.wait_stopped());
+    assert_eq!(system.advance_time(MINUTE), Ok(0));
+    assert_eq!(rx.try_iter().count(), 0);
+    assert_eq!(system.dead_letter_count(), 0);
+}
+
 /// Never answers: keeps asks pending.
 struct Silent;
 impl Actor for Silent {}

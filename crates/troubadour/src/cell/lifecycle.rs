@@ -146,12 +146,6 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    pub(super) fn cancel_timers(extras: &mut Extras<A>) {
-        for t in extras.timers.drain(..) {
-            t.cancel();
-        }
-    }
-
     /// Stop: `stopping` hook, stop children and wait for them, then finish.
     pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
         match self.phase() {
@@ -173,14 +167,15 @@ impl<A: Actor> ActorCell<A> {
         self.finish_stop(reason);
     }
 
-    /// Cancels timers and asks every child to stop. `true` if there are
-    /// children to wait for: the phase is then `Draining` and `then` runs
-    /// when the last one has exited (`after_children`).
+    /// Cancels timers (by starting a new incarnation, which makes every
+    /// timer armed so far stale) and asks every child to stop. `true` if
+    /// there are children to wait for: the phase is then `Draining` and
+    /// `then` runs when the last one has exited (`after_children`).
     unsafe fn stop_children_then(&self, then: AfterChildren) -> bool {
+        self.run.new_incarnation();
         let Some(extras) = self.extras_opt() else {
             return false;
         };
-        Self::cancel_timers(extras);
         if extras.children.is_empty() {
             return false;
         }
@@ -224,12 +219,8 @@ impl<A: Actor> ActorCell<A> {
             watchers,
             mut stash,
             mut replay,
-            mut timers,
             ..
         } = extras;
-        for t in timers.drain(..) {
-            t.cancel();
-        }
         while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
             self.system
                 .dead_letters
