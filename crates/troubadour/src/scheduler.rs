@@ -17,10 +17,10 @@
 //! self-flooding actor therefore yields to everything queued before it, yet
 //! stays on the core where its mailbox's memory is (sending it to the global
 //! queue instead moved pingpong's actors between cores: 84.7 against 103.3
-//! M msg/s, medians of 8 interleaved runs). After 16 turns in a row from the next-actor slot a
-//! worker takes the *oldest* actor of its own deque, so actors that keep
-//! waking each other (and so keep the slot busy) cannot hold back the rest
-//! of the deque either.
+//! M msg/s, medians of 8 interleaved runs). After 16 turns in a row from the
+//! next-actor slot a worker takes the *oldest* actor of its own deque, so
+//! actors that keep waking each other (and so keep the slot busy) cannot
+//! hold back the rest of the deque either.
 //!
 //! Next actor: an actor woken by a message from the running turn goes to
 //! the worker's next-actor slot (`next_slot.rs`), which the worker runs
