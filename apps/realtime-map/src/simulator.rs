@@ -483,6 +483,24 @@ mod tests {
         }
     }
 
+    /// A user pastes the README's `/vehicle?id=..` into a browser against
+    /// the default service: that bus must exist.
+    #[test]
+    fn the_readme_s_example_vehicle_exists_in_the_default_simulation() {
+        let readme = include_str!("../../../README.md");
+        let defaults = crate::app::SimulatorConfig::default();
+        let ids = Simulation::new(defaults.vehicles, defaults.seed).ids();
+        let examples: Vec<&str> = readme
+            .split("/vehicle?id=")
+            .skip(1)
+            .map(|rest| rest.split(['`', ' ', '&']).next().unwrap())
+            .collect();
+        assert!(!examples.is_empty(), "the README shows a /vehicle example");
+        for id in examples {
+            assert!(ids.iter().any(|i| i == id), "no bus {id} by default");
+        }
+    }
+
     #[test]
     fn ids_are_unique_and_buses_stay_near_their_route() {
         let mut ids = Simulation::new(2_000, 1).ids();

@@ -25,7 +25,9 @@ pub trait Message: Send + 'static {
 /// turn, like handlers. A panic in any hook or handler fails the actor: it
 /// stops taking messages and its supervisor decides (see
 /// [`SupervisorStrategy`]); the panic message becomes
-/// [`ExitReason::Panicked`].
+/// [`ExitReason::Panicked`]. The panic is reported once, as a `tracing`
+/// event, not as Rust's panic message (see
+/// [`CrashReports`](crate::CrashReports)).
 ///
 /// Lifecycle, in order:
 /// 1. [`started`](Actor::started), before the first message;

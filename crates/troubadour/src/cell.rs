@@ -361,11 +361,20 @@ impl<A: Actor> ActorCell<A> {
     }
 
     unsafe fn drop_actor(&self) {
-        if std::mem::replace(&mut *self.has_actor.get(), false) {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
+        if std::mem::replace(&mut *self.has_actor.get(), false)
+            && catch_unwind(AssertUnwindSafe(|| {
                 (*self.actor.get()).assume_init_drop();
-            }));
+            }))
+            .is_err()
+        {
+            self.report_crash();
         }
+    }
+
+    /// Reports a panic just caught in this actor's code (`crash_report.rs`).
+    #[cold]
+    pub(crate) fn report_crash(&self) {
+        crate::crash_report::report(self.id, std::any::type_name::<A>());
     }
 
     /// Runs a lifecycle hook whose panic must not derail a stop or restart.
@@ -374,6 +383,7 @@ impl<A: Actor> ActorCell<A> {
             let actor = self.actor_mut();
             let mut ctx = self.context();
             if catch_unwind(AssertUnwindSafe(|| hook(actor, &mut ctx))).is_err() {
+                self.report_crash();
                 #[cfg(feature = "tracing")]
                 tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
             }
@@ -570,9 +580,8 @@ impl<A: Actor> ActorCell<A> {
         match catch_unwind(AssertUnwindSafe(|| unsafe { self.turn(budget) })) {
             Ok(busy) => busy,
             Err(payload) => {
+                self.report_crash();
                 let reason = ExitReason::Panicked(panic_message(&*payload));
-                #[cfg(feature = "tracing")]
-                tracing::error!(actor = %self.id, %reason, "actor failed");
                 // SAFETY: as above. A panic while failing (in a hook) stops the
                 // actor without further hooks.
                 let nested = catch_unwind(AssertUnwindSafe(|| unsafe {
@@ -580,6 +589,7 @@ impl<A: Actor> ActorCell<A> {
                     self.abnormal(reason.clone(), false)
                 }));
                 if nested.is_err() {
+                    self.report_crash();
                     unsafe {
                         if self.phase() != Phase::Stopped {
                             self.drop_actor();

@@ -53,6 +53,7 @@ impl<A: Actor> LocalActor<A> {
         // The cell is born owning its consumer role; we keep it, so no worker
         // ever runs this actor while we own it. A zero-budget turn runs
         // `started` and any signals.
+        let _reports = crate::crash_report::actor_thread(core.scheduler.crash_reports());
         cell.run_guarded(0);
         Ok(LocalActor {
             cell: Some(cell),
@@ -111,6 +112,7 @@ impl<A: Actor> LocalActor<A> {
     #[cold]
     fn settle(&mut self) {
         if let Some(cell) = &self.cell {
+            let _reports = self.crash_reports();
             cell.run_guarded(0);
         }
     }
@@ -118,8 +120,16 @@ impl<A: Actor> LocalActor<A> {
     /// Handles every message queued through [`actor_ref`](Self::actor_ref).
     pub fn run_pending(&mut self) {
         if let Some(cell) = &self.cell {
+            let _reports = self.crash_reports();
             while cell.run_guarded(u32::MAX) {}
         }
+    }
+
+    /// Panics in queued handlers and hooks are caught and supervised here,
+    /// so they are reported as crashes (`crash_report.rs`); a directly
+    /// called handler's panic is the caller's, as any call's would be.
+    fn crash_reports(&self) -> crate::crash_report::ActorThread {
+        crate::crash_report::actor_thread(self.system.core().scheduler.crash_reports())
     }
 
     /// The actor's state, while it has not stopped.

@@ -67,6 +67,7 @@ mod actor_ref;
 mod blocking;
 mod cell;
 mod context;
+mod crash_report;
 mod dead_letters;
 mod direct;
 mod envelope;
@@ -88,6 +89,7 @@ mod timer;
 pub use actor::{Actor, AsyncHandler, Handler, Message};
 pub use actor_ref::{ActorRef, Ask, Recipient};
 pub use context::Context;
+pub use crash_report::CrashReports;
 pub use dead_letters::DeadLetter;
 pub use direct::LocalActor;
 pub use envelope::{Awaiting, Handles, Immediate};
@@ -110,6 +112,12 @@ pub mod prelude {
         Strategy, SupervisorStrategy, SystemHandle,
     };
 }
+
+/// The README's code, compiled and run as a doctest so that what a new
+/// user pastes works.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeExample;
 
 #[cfg(loom)]
 #[doc(hidden)]

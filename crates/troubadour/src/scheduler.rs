@@ -41,6 +41,7 @@
 mod next_slot;
 
 use crate::cell::{Runnable, Turn};
+use crate::crash_report::{self, CrashReports};
 use crate::exit::ActorId;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::sync::{Parker, Unparker};
@@ -80,6 +81,8 @@ struct Shared {
     num_searching: AtomicUsize,
     shutdown: AtomicBool,
     budget: u32,
+    /// How the threads running these actors report a caught panic.
+    crash_reports: CrashReports,
 }
 
 struct WorkerLocal {
@@ -124,6 +127,7 @@ impl Scheduler {
         threads: usize,
         budget: u32,
         tokio: tokio::runtime::Handle,
+        crash_reports: CrashReports,
     ) -> std::io::Result<Self> {
         let threads = threads.max(1);
         let deques: Vec<Worker<Task>> = (0..threads).map(|_| Worker::new_lifo()).collect();
@@ -142,6 +146,7 @@ impl Scheduler {
             num_searching: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             budget: budget.max(1),
+            crash_reports,
         });
         let mut handles = Vec::with_capacity(threads);
         let queues = deques.into_iter().zip(yielded);
@@ -185,7 +190,11 @@ impl Scheduler {
     /// lets the caller choose. This is the deterministic simulation's
     /// scheduler; the normal paths are unchanged (with no workers, a wake-up
     /// finds no sleeper and returns).
-    pub(crate) fn manual(budget: u32, tokio: tokio::runtime::Handle) -> Self {
+    pub(crate) fn manual(
+        budget: u32,
+        tokio: tokio::runtime::Handle,
+        crash_reports: CrashReports,
+    ) -> Self {
         Scheduler {
             shared: Arc::new(Shared {
                 injector: Injector::new(),
@@ -198,12 +207,18 @@ impl Scheduler {
                 num_searching: AtomicUsize::new(0),
                 shutdown: AtomicBool::new(false),
                 budget: budget.max(1),
+                crash_reports,
             }),
             threads: Mutex::new(Vec::new()),
             tokio,
             manual: Some(Mutex::new(Vec::new())),
             current: AtomicU64::new(0),
         }
+    }
+
+    /// How threads running this scheduler's actors report caught panics.
+    pub(crate) fn crash_reports(&self) -> CrashReports {
+        self.shared.crash_reports
     }
 
     pub(crate) fn is_manual(&self) -> bool {
@@ -259,6 +274,7 @@ impl Scheduler {
         let (task, n, budget) = task;
         let actor = task.id();
         let _runtime = self.tokio.enter();
+        let _crash_reports = crash_report::actor_thread(self.shared.crash_reports);
         self.current.store(actor.0, Ordering::Relaxed);
         let turn = task.clone().run_turn(budget);
         self.current.store(0, Ordering::Relaxed);
@@ -297,10 +313,12 @@ impl Scheduler {
         parker: Parker,
     ) -> std::io::Result<()> {
         let tokio = self.tokio.clone();
+        let crash_reports = self.shared.crash_reports;
         std::thread::Builder::new()
             .name("troubadour-blocking".into())
             .spawn(move || {
                 let _runtime = tokio.enter();
+                let _crash_reports = crash_report::actor_thread(crash_reports);
                 // Each unpark hands the consumer role to this thread (see
                 // `run_state.rs`); the thread was created owning it.
                 loop {
@@ -470,6 +488,7 @@ fn run_worker(
         yielded,
     };
     CURRENT.with(|c| c.set(&local as *const WorkerLocal));
+    let _crash_reports = crash_report::actor_thread(shared.crash_reports);
     crate::nodes::batch_frees_on_this_thread();
     let mut tick = 0u32;
     // Turns in a row taken from the next-actor slot.

@@ -3,6 +3,7 @@
 
 use crate::actor::{Actor, Message};
 use crate::actor_ref::{ActorRef, Recipient};
+use crate::crash_report::{self, CrashReports};
 use crate::dead_letters::{DeadLetter, DeadLetters};
 use crate::error::{RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
@@ -438,6 +439,7 @@ pub struct ActorSystemBuilder {
     virtual_time: bool,
     manual_scheduling: bool,
     hold_messages: bool,
+    crash_reports: CrashReports,
 }
 
 impl Default for ActorSystemBuilder {
@@ -451,6 +453,7 @@ impl Default for ActorSystemBuilder {
             virtual_time: false,
             manual_scheduling: false,
             hold_messages: false,
+            crash_reports: CrashReports::default(),
         }
     }
 }
@@ -528,6 +531,17 @@ impl ActorSystemBuilder {
         self
     }
 
+    /// How a panic in an actor that the runtime catches (and its supervisor
+    /// handles) is reported: by default one `tracing` event per panic
+    /// (target `troubadour::crash`; one line on stderr when no subscriber is
+    /// installed) instead of Rust's panic message and backtrace from a
+    /// worker thread. [`CrashReports::PanicHook`] leaves them to the
+    /// process's panic hook. Panics outside actors are never touched.
+    pub fn crash_reports(mut self, reports: CrashReports) -> Self {
+        self.crash_reports = reports;
+        self
+    }
+
     /// Uses this tokio runtime for handlers' I/O and timers. By default the
     /// current multi-threaded runtime is used when there is one (inside
     /// `#[tokio::main]`), else the system starts a small one of its own.
@@ -564,11 +578,17 @@ impl ActorSystemBuilder {
                 (rt.handle().clone(), Some(rt))
             }
         };
+        crash_report::install();
         let core = Arc::new(SystemCore {
             scheduler: if self.manual_scheduling {
-                Scheduler::manual(self.budget, tokio.clone())
+                Scheduler::manual(self.budget, tokio.clone(), self.crash_reports)
             } else {
-                Scheduler::new(self.worker_threads, self.budget, tokio.clone())?
+                Scheduler::new(
+                    self.worker_threads,
+                    self.budget,
+                    tokio.clone(),
+                    self.crash_reports,
+                )?
             },
             dead_letters: DeadLetters::default(),
             registry: Registry::default(),

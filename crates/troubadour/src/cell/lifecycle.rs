@@ -141,7 +141,9 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn drop_suspended(&self) {
         if let Some(e) = self.extras_opt() {
             if let Some(fut) = e.suspended.take() {
-                let _ = catch_unwind(AssertUnwindSafe(|| drop(fut)));
+                if catch_unwind(AssertUnwindSafe(|| drop(fut))).is_err() {
+                    self.report_crash();
+                }
             }
         }
     }
