@@ -127,5 +127,5 @@ pub mod loom_support {
     pub use crate::mailbox::{Link, Pop, Queue, SignalStack};
     pub use crate::nodes::SlabCount;
     pub use crate::run_state::{Notify, RunState, CLOSED, SCHEDULED};
-    pub use crate::scheduler::NextSlot;
+    pub use crate::scheduler::{Idle, NextSlot};
 }

@@ -32,12 +32,14 @@
 //!
 //! Sleeping: a worker with nothing to do searches for a short while (spins,
 //! then yields) and then parks. A waker only pays for an `unpark` (a system
-//! call) when no worker is searching and one is parked. The sleep protocol:
-//! the worker registers as sleeping, issues a `SeqCst` fence and re-checks
-//! every queue before parking; a producer pushes, fences and then reads the
-//! sleeper count. One of the two sees the other (store-buffer pattern), so
-//! work is never left with every worker asleep.
+//! call) when no worker is searching and one is parked. The sleep protocol
+//! (`idle.rs`, with its proof sketch and a loom model): the worker registers
+//! as sleeping, issues a `SeqCst` fence and re-checks every queue before
+//! parking; a producer pushes, fences and then reads the sleeper count. One
+//! of the two sees the other (store-buffer pattern), so work is never left
+//! with every worker asleep.
 
+mod idle;
 mod next_slot;
 
 use crate::cell::{Runnable, Turn};
@@ -47,10 +49,14 @@ use crossbeam_deque::{Injector, Steal, Stealer, Worker};
 use crossbeam_utils::sync::{Parker, Unparker};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
+#[cfg(loom)]
+pub use idle::Idle;
+#[cfg(not(loom))]
+use idle::Idle;
 #[cfg(loom)]
 pub use next_slot::NextSlot;
 #[cfg(not(loom))]
@@ -76,9 +82,8 @@ struct Shared {
     /// Per worker: the actor its running turn woke (see `next_slot.rs`).
     next: Vec<CachePadded<NextSlot<Task>>>,
     unparkers: Vec<Unparker>,
-    sleepers: Mutex<Vec<usize>>,
-    num_sleeping: AtomicUsize,
-    num_searching: AtomicUsize,
+    /// Who searches and who sleeps (`idle.rs`: the no-lost-wake-up protocol).
+    idle: Idle,
     shutdown: AtomicBool,
     budget: u32,
     /// How the threads running these actors report a caught panic.
@@ -141,9 +146,7 @@ impl Scheduler {
                 .map(|_| CachePadded::new(NextSlot::new()))
                 .collect(),
             unparkers: parkers.iter().map(|p| p.unparker().clone()).collect(),
-            sleepers: Mutex::new(Vec::with_capacity(threads)),
-            num_sleeping: AtomicUsize::new(0),
-            num_searching: AtomicUsize::new(0),
+            idle: Idle::new(threads),
             shutdown: AtomicBool::new(false),
             budget: budget.max(1),
             crash_reports,
@@ -202,9 +205,7 @@ impl Scheduler {
                 yielded_stealers: Vec::new(),
                 next: Vec::new(),
                 unparkers: Vec::new(),
-                sleepers: Mutex::new(Vec::new()),
-                num_sleeping: AtomicUsize::new(0),
-                num_searching: AtomicUsize::new(0),
+                idle: Idle::new(0),
                 shutdown: AtomicBool::new(false),
                 budget: budget.max(1),
                 crash_reports,
@@ -382,21 +383,7 @@ impl Shared {
 
     #[inline]
     fn wake_one(&self) {
-        fence(Ordering::SeqCst);
-        if self.num_searching.load(Ordering::SeqCst) != 0
-            || self.num_sleeping.load(Ordering::SeqCst) == 0
-        {
-            return;
-        }
-        let index = {
-            let mut sleepers = self.sleepers.lock().unwrap_or_else(|p| p.into_inner());
-            let index = sleepers.pop();
-            if index.is_some() {
-                self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
-            }
-            index
-        };
-        if let Some(i) = index {
+        if let Some(i) = self.idle.worker_to_wake() {
             self.unparkers[i].unpark();
         }
     }
@@ -503,16 +490,16 @@ fn run_worker(
         crate::nodes::settle();
         // Search a little before sleeping: wake-ups that come soon (the
         // common case under load) then cost no system call.
-        shared.num_searching.fetch_add(1, Ordering::SeqCst);
+        shared.idle.start_searching();
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
-                shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+                shared.idle.stop_searching();
                 run_task(&shared, &local, task);
                 continue 'outer;
             }
             if round >= SLOT_STEAL_ROUND {
                 if let Some(task) = shared.steal_next(me) {
-                    shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+                    shared.idle.stop_searching();
                     run_task(&shared, &local, task);
                     continue 'outer;
                 }
@@ -528,24 +515,13 @@ fn run_worker(
                 std::thread::yield_now();
             }
         }
-        shared.num_searching.fetch_sub(1, Ordering::SeqCst);
+        shared.idle.stop_searching();
         if shared.shutdown.load(Ordering::SeqCst) {
             break;
         }
-        {
-            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|p| p.into_inner());
-            sleepers.push(me);
-            shared.num_sleeping.fetch_add(1, Ordering::SeqCst);
-        }
-        fence(Ordering::SeqCst);
+        shared.idle.prepare_sleep(me);
         if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
-            let mut sleepers = shared.sleepers.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(pos) = sleepers.iter().position(|&i| i == me) {
-                sleepers.swap_remove(pos);
-                shared.num_sleeping.fetch_sub(1, Ordering::SeqCst);
-            }
-            // Otherwise a waker already took us off the list and its unpark
-            // token makes the next park return at once: harmless.
+            shared.idle.cancel_sleep(me);
             continue;
         }
         parker.park();

@@ -4,10 +4,14 @@
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use loom::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{fence, AtomicPtr, AtomicU32, AtomicU8, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// `std`'s `UnsafeCell` with loom's access API, so loom can check who
 /// touches the contents when.

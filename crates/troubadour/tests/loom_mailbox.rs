@@ -12,7 +12,7 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::Arc;
 use loom::thread;
 use troubadour::loom_support::{
-    Link, NextSlot, Notify, Pop, Queue, RunState, SignalStack, SlabCount, SCHEDULED,
+    Idle, Link, NextSlot, Notify, Pop, Queue, RunState, SignalStack, SlabCount, SCHEDULED,
 };
 
 #[repr(C)]
@@ -251,5 +251,63 @@ fn next_slot_owner_and_thief() {
         taken.extend(elsewhere);
         taken.sort();
         assert_eq!(taken, vec![1, 2]);
+    });
+}
+
+/// The scheduler's idle/park protocol (`scheduler/idle.rs`), on the real
+/// `Idle`: a worker that finds no work searches, registers as a sleeper,
+/// re-checks and parks, while a producer makes work visible and asks whom
+/// to wake. Checked: the work is always taken (a lost wake-up leaves the
+/// worker parked for ever, which loom reports as a deadlock), with the
+/// producer racing every step of the worker's search and sleep.
+#[test]
+fn idle_protocol_never_loses_a_wakeup() {
+    /// One worker's loop around the protocol, as `run_worker` does it, with
+    /// an atomic count of queued tasks standing in for the run queues.
+    fn worker(idle: &Idle, work: &AtomicUsize, me: usize) {
+        let take = || {
+            work.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        loop {
+            if take() {
+                return;
+            }
+            idle.start_searching();
+            let found = take();
+            idle.stop_searching();
+            if found {
+                return;
+            }
+            idle.prepare_sleep(me);
+            if work.load(Ordering::SeqCst) > 0 {
+                idle.cancel_sleep(me);
+                continue;
+            }
+            thread::park();
+        }
+    }
+
+    loom::model(|| {
+        let idle = Arc::new(Idle::new(1));
+        let work = Arc::new(AtomicUsize::new(0));
+        let w = {
+            let (idle, work) = (idle.clone(), work.clone());
+            thread::spawn(move || worker(&idle, &work, 0))
+        };
+        let w_thread = w.thread().clone();
+        let producer = {
+            let (idle, work) = (idle.clone(), work.clone());
+            thread::spawn(move || {
+                work.fetch_add(1, Ordering::SeqCst);
+                if let Some(i) = idle.worker_to_wake() {
+                    assert_eq!(i, 0);
+                    w_thread.unpark();
+                }
+            })
+        };
+        producer.join().unwrap();
+        w.join().unwrap();
+        assert_eq!(work.load(Ordering::SeqCst), 0);
     });
 }
