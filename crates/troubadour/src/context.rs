@@ -181,10 +181,15 @@ impl<A: Actor> Context<A> {
     /// when either stops with a reason other than `Normal`, the other fails
     /// with the same reason, unless it traps exits. Linking to an actor that
     /// has already stopped fails this one with [`ExitReason::NoProc`].
+    /// Linking twice is one link, as in Erlang.
+    ///
+    /// A failure that the actor's supervisor answers with a restart is not
+    /// a stop: the reference lives on (as in Akka) and links hear nothing.
+    /// In Erlang the restarted process is a new pid, so its links fire.
     pub fn link<B: Actor>(&mut self, other: &ActorRef<B>) {
         let other: Arc<dyn ControlHandle> = other.cell().clone();
         // SAFETY: the actor's own turn.
-        unsafe { self.cell().extras().links.push(other.clone()) };
+        unsafe { self.cell().add_link(other.clone()) };
         other.signal(Signal::Link(self.arc()));
     }
 
@@ -216,7 +221,9 @@ impl<A: Actor> Context<A> {
     }
 
     /// Turns exit signals from linked actors into [`Exited`] messages instead
-    /// of failing this actor (Erlang's `trap_exit`). A kill is never trapped.
+    /// of failing this actor (Erlang's `trap_exit`), whatever their reason,
+    /// `Normal` and a linked actor's `Killed` included. Only
+    /// [`ActorRef::kill`] of this actor itself is never trapped.
     pub fn trap_exits(&mut self, on: bool)
     where
         A: Handler<Exited>,

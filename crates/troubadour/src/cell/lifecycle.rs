@@ -8,7 +8,7 @@ use crate::envelope::Envelope;
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::mailbox::{Pop, SignalStack};
 use crate::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
-use crate::signal::{Signal, SignalNode, Watcher};
+use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::Restart;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
@@ -36,7 +36,7 @@ impl<A: Actor> ActorCell<A> {
             Signal::Stop(reason) => self.begin_stop(reason),
             Signal::Kill => self.abnormal(ExitReason::Killed, true),
             Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
-            Signal::Link(other) => self.extras().links.push(other),
+            Signal::Link(other) => self.add_link(other),
             Signal::Unlink(id) => self.extras().links.retain(|l| l.id() != id),
             Signal::Watch(w) => self.extras().watchers.push(w),
             Signal::Unwatch(watcher) => self
@@ -74,10 +74,25 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Links are a set (Erlang: linking again does nothing), so one exit
+    /// sends one exit signal.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role (the actor's own turn).
+    pub(crate) unsafe fn add_link(&self, other: Arc<dyn ControlHandle>) {
+        let links = &mut self.extras().links;
+        if links.iter().all(|l| l.id() != other.id()) {
+            links.push(other);
+        }
+    }
+
     pub(super) unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
         let extras = self.extras();
         extras.links.retain(|l| l.id() != from);
-        if extras.trap_exits && reason != ExitReason::Killed {
+        // Only `kill` itself is untrappable (it never comes here); a linked
+        // actor's `Killed` is an exit reason like any other (Erlang: the
+        // reason `killed` is trappable by linked processes).
+        if extras.trap_exits {
             if let Some(make) = extras.exited_vtable {
                 // Trapped exits become ordinary messages, ahead of the
                 // mailbox like every signal.
