@@ -738,3 +738,25 @@ impl Drop for ActorSystem {
         let _ = self.shutdown(self.default_deadline);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nobody;
+    impl Actor for Nobody {}
+
+    #[test]
+    fn the_last_serial_is_handed_out_and_then_spawns_fail_instead_of_wrapping() {
+        let system = ActorSystem::builder().manual_scheduling().build();
+        system.core.next_id.store(MAX_SERIAL, Ordering::Relaxed);
+        let last = system.spawn(Nobody).unwrap();
+        assert_eq!(last.id().serial(), MAX_SERIAL);
+        assert_eq!(last.id().node(), system.node());
+        assert_eq!(
+            system.spawn(Nobody).err(),
+            Some(SpawnError::IdsExhausted),
+            "the next serial would spill into the node bits"
+        );
+    }
+}
