@@ -28,6 +28,8 @@ const MAX_NODES: usize = 1 << (64 - SERIAL_BITS);
 /// Every node this process has started, by index. Entries are never
 /// removed: an `ActorId` can outlive its system and must keep naming it
 /// (and must never come to name a later one). Each costs a few dozen bytes.
+/// The remote layer is to enter other processes' nodes here too, so their
+/// actors' ids are the same one word and never equal a local one.
 static NODES: RwLock<Vec<NodeId>> = RwLock::new(Vec::new());
 
 /// The identity of one actor system start: its name, its network address
