@@ -74,7 +74,7 @@ pub enum StartError {
     /// The HTTP address could not be bound.
     Http(SocketAddr, std::io::Error),
     /// The actor system's threads could not be started.
-    Actors(std::io::Error),
+    Actors(troubadour::BuildError),
     /// The fleet actor could not be spawned.
     Spawn(SpawnError),
     /// The embedded broker did not start.
@@ -156,7 +156,7 @@ impl App {
                 let listen = config.broker_listen;
                 let addr = tokio::task::spawn_blocking(move || broker::start(listen))
                     .await
-                    .map_err(|e| StartError::Actors(std::io::Error::other(e)))?
+                    .map_err(|e| StartError::Actors(std::io::Error::other(e).into()))?
                     .map_err(StartError::Broker)?;
                 Broker {
                     host: addr.ip().to_string(),

@@ -336,8 +336,11 @@ impl Handler<Position> for Fleet {
             // Vehicle mailboxes are unbounded, and a vehicle only stops
             // through the fleet, so this is a vehicle that was killed: its
             // `Down` is on the way. Keep the position for the next one.
-            Err(SendError::Stopped(p)) | Err(SendError::Full(p)) => {
-                entry.buffered.get_or_insert_with(Vec::new).push(p);
+            Err(e) => {
+                entry
+                    .buffered
+                    .get_or_insert_with(Vec::new)
+                    .push(e.into_message());
             }
         }
     }

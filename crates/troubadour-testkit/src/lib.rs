@@ -132,10 +132,11 @@
 //! ### The trace
 //!
 //! [`Simulation::trace_text`] tells the run as a story: who sent what to
-//! whom (`send #12 <3> -> <4> tell bank::Withdraw`), when each message was
-//! delivered, each turn with its budget, each fault and clock move, and the
-//! test's own [`note`](Simulation::note)s. [`Simulation::trace`] gives the
-//! same as [`TraceEvent`] values for assertions.
+//! whom (`send #12 <troubadour.3> -> <troubadour.4> tell bank::Withdraw`),
+//! when each message was delivered, each turn with its budget, each fault
+//! and clock move, and the test's own [`note`](Simulation::note)s.
+//! [`Simulation::trace`] gives the same as [`TraceEvent`] values for
+//! assertions.
 //!
 //! ### Fault injection
 //!

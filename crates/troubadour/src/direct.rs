@@ -48,7 +48,7 @@ impl<A: Actor> LocalActor<A> {
         if core.is_shutting_down() {
             return Err(SpawnError::SystemShutdown);
         }
-        let cell = ActorCell::new(core.clone(), ActorId(core.next_id()), actor, None, None);
+        let cell = ActorCell::new(core.clone(), ActorId(core.next_id()?), actor, None, None);
         cell.set_detached(true);
         // The cell is born owning its consumer role; we keep it, so no worker
         // ever runs this actor while we own it. A zero-budget turn runs

@@ -6,6 +6,10 @@ use std::time::Duration;
 
 /// Why a `tell`, `try_tell` or `send` did not enqueue a message. The message
 /// is handed back so nothing is lost silently.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(PartialEq, Eq)]
 pub enum SendError<M> {
     /// The actor has stopped (or the system shut down). The message was also
@@ -53,6 +57,10 @@ impl<M> fmt::Display for SendError<M> {
 impl<M> std::error::Error for SendError<M> {}
 
 /// Why an `ask` ended without a reply.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AskError {
     /// The actor had stopped before the request was sent.
@@ -96,6 +104,10 @@ impl<M> From<SendError<M>> for AskError {
 }
 
 /// Why a spawn did not happen.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpawnError {
     /// `ActorSystem::shutdown` has begun; no new actors are accepted.
@@ -106,6 +118,8 @@ pub enum SpawnError {
     NameTaken(String),
     /// A blocking actor needs a thread of its own and the OS refused one.
     NoThread(String),
+    /// The system has handed out every actor id it can (2^44 spawns).
+    IdsExhausted,
 }
 
 impl fmt::Display for SpawnError {
@@ -127,6 +141,11 @@ impl fmt::Display for SpawnError {
                 "cannot spawn a blocking actor: no thread could be created ({e}); \
                  lower the number of blocking actors or raise the OS thread limit"
             ),
+            SpawnError::IdsExhausted => write!(
+                f,
+                "cannot spawn: this actor system has used up its actor ids; \
+                 start a new system"
+            ),
         }
     }
 }
@@ -134,6 +153,10 @@ impl fmt::Display for SpawnError {
 impl std::error::Error for SpawnError {}
 
 /// Why a name could not be registered.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RegistryError {
     /// Another live actor holds the name.
@@ -157,6 +180,10 @@ impl fmt::Display for RegistryError {
 impl std::error::Error for RegistryError {}
 
 /// Why `ActorSystem::shutdown` did not finish cleanly.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShutdownError {
     /// Some actors were still running at the deadline (for example a handler
@@ -183,6 +210,10 @@ impl fmt::Display for ShutdownError {
 impl std::error::Error for ShutdownError {}
 
 /// Why the clock could not be moved.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimeError {
     /// The system runs on the real clock, which only moves by itself.
@@ -202,3 +233,62 @@ impl fmt::Display for TimeError {
 }
 
 impl std::error::Error for TimeError {}
+
+/// Why an [`ActorSystem`](crate::ActorSystem) could not be built.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The name given to [`ActorSystemBuilder::name`](crate::ActorSystemBuilder::name)
+    /// is not allowed.
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What is wrong with it.
+        reason: &'static str,
+    },
+    /// This process has started as many systems as actor ids can tell
+    /// apart; no more can be built.
+    TooManySystems {
+        /// How many systems one process can start.
+        limit: usize,
+    },
+    /// The operating system refused a worker thread or the tokio runtime.
+    Io(std::io::Error),
+}
+
+impl fmt::Display for BuildError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BuildError::InvalidName { name, reason } => write!(
+                f,
+                "invalid actor system name {name:?}: {reason}; use ASCII letters, digits, \
+                 '-' and '_', starting with a letter or digit"
+            ),
+            BuildError::TooManySystems { limit } => write!(
+                f,
+                "this process has already started {limit} actor systems, the most actor ids \
+                 can tell apart; reuse systems instead of building one per task"
+            ),
+            BuildError::Io(e) => write!(
+                f,
+                "the operating system refused a thread or runtime for the actor system ({e}); \
+                 lower `worker_threads` or raise the OS thread limit"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BuildError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BuildError::Io(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl From<std::io::Error> for BuildError {
+    fn from(e: std::io::Error) -> Self {
+        BuildError::Io(e)
+    }
+}

@@ -2,24 +2,52 @@
 //! and to actors that trap exits.
 
 use crate::actor::Message;
+use crate::node_id::{NodeId, MAX_SERIAL, SERIAL_BITS};
 use std::fmt;
 use std::sync::Arc;
 
-/// A process-unique actor identity. Ids grow with spawn order, which is the
-/// order rest-for-one supervision uses.
+/// An actor's identity: the node (system start) it lives on and its serial
+/// number there. Unique in the process, across every system it runs: ids of
+/// two systems never compare equal, even when both systems have the same
+/// name. Within one system, ids grow with spawn order, which is the order
+/// rest-for-one supervision uses; ids of different systems order by the
+/// systems' start order.
+///
+/// `Copy` and one word: the node is an index into a process-wide table of
+/// [`NodeId`]s (see [`node`](Self::node)).
+///
+/// Displayed as `<name.serial>`, e.g. `<orders.42>`, like Erlang's
+/// `<node.serial.0>`: readable, and the same on every replay of a
+/// simulation. Two systems given the same name print their actors alike;
+/// give systems in one process distinct names to tell them apart in logs
+/// (their ids still differ).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ActorId(pub(crate) u64);
 
 impl ActorId {
-    /// The number behind the id.
+    /// The id as one number, unique in the process: the node's index in the
+    /// process-wide table in the high bits, the serial in the low ones.
+    /// Meaningless in another process; use [`node`](Self::node) and
+    /// [`serial`](Self::serial) to name an actor elsewhere.
     pub fn as_u64(self) -> u64 {
         self.0
+    }
+
+    /// The actor's number within its system: 1 for the first actor spawned,
+    /// growing with spawn order.
+    pub fn serial(self) -> u64 {
+        self.0 & MAX_SERIAL
+    }
+
+    /// The node (system start) the actor belongs to.
+    pub fn node(self) -> NodeId {
+        NodeId::at((self.0 >> SERIAL_BITS) as u32)
     }
 }
 
 impl fmt::Debug for ActorId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "<{}>", self.0)
+        write!(f, "<{}.{}>", self.node().name(), self.serial())
     }
 }
 
@@ -30,7 +58,12 @@ impl fmt::Display for ActorId {
 }
 
 /// Why an actor stopped, as in Erlang.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first, with
+/// reasons like a lost connection) will add reasons, so a `match` outside
+/// this crate needs a `_` arm.
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ExitReason {
     /// It stopped itself (`ctx.stop()`) or was stopped (`actor.stop()`).
     Normal,

@@ -75,6 +75,7 @@ mod error;
 mod exit;
 mod in_flight;
 mod mailbox;
+mod node_id;
 mod nodes;
 mod registry;
 mod run_state;
@@ -95,9 +96,12 @@ pub use direct::LocalActor;
 pub use envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use envelope::{Envelope, EnvelopeVTable};
-pub use error::{AskError, RegistryError, SendError, ShutdownError, SpawnError, TimeError};
+pub use error::{
+    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
+};
 pub use exit::{ActorId, Down, ExitReason, Exited};
 pub use in_flight::InFlight;
+pub use node_id::NodeId;
 pub use scheduler::TurnRun;
 pub use spawn::{Mailbox, SpawnOptions};
 pub use supervision::{Restart, Strategy, SupervisorStrategy};

@@ -123,7 +123,7 @@ pub(crate) fn spawn_actor<A: Actor>(
             dedicated: parker.as_ref().map(|p| p.unparker().clone()),
         })
     });
-    let id = ActorId(core.next_id());
+    let id = ActorId(core.next_id()?);
     let cell = ActorCell::new(core.clone(), id, actor, config, extras);
     let actor_ref = ActorRef::from_cell(cell.clone());
     if let Some(name) = options.name {

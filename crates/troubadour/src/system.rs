@@ -5,9 +5,10 @@ use crate::actor::{Actor, Message};
 use crate::actor_ref::{ActorRef, Recipient};
 use crate::crash_report::{self, CrashReports};
 use crate::dead_letters::{DeadLetter, DeadLetters};
-use crate::error::{RegistryError, ShutdownError, SpawnError, TimeError};
+use crate::error::{BuildError, RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
 use crate::in_flight::InFlight;
+use crate::node_id::{validate_name, NodeId, MAX_SERIAL, SERIAL_BITS};
 use crate::registry::Registry;
 use crate::scheduler::{Scheduler, TurnRun};
 use crate::signal::{ControlHandle, Signal};
@@ -35,6 +36,10 @@ pub(crate) struct SystemCore {
     pub(crate) config: Config,
     pub(crate) tokio: tokio::runtime::Handle,
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    node: NodeId,
+    /// The node's index, shifted into the high bits every id of this system
+    /// carries.
+    id_base: u64,
     next_id: AtomicU64,
     shutting_down: AtomicBool,
     /// `Some` on a system built with `hold_messages`: sends not yet
@@ -51,8 +56,15 @@ impl SystemCore {
         self.outbox.as_ref()
     }
 
-    pub(crate) fn next_id(&self) -> u64 {
-        self.next_id.fetch_add(1, Ordering::Relaxed)
+    /// A new actor id (see [`ActorId`] for the layout). Serials start at 1,
+    /// so no id is 0, which the scheduler's current-actor word uses for none.
+    pub(crate) fn next_id(&self) -> Result<u64, SpawnError> {
+        let serial = self.next_id.fetch_add(1, Ordering::Relaxed);
+        if serial > MAX_SERIAL {
+            // Never wrap into the node bits: that would name another system.
+            return Err(SpawnError::IdsExhausted);
+        }
+        Ok(self.id_base | serial)
     }
 
     pub(crate) fn is_shutting_down(&self) -> bool {
@@ -229,6 +241,12 @@ impl SystemHandle {
 
     pub(crate) fn core(&self) -> &Arc<SystemCore> {
         &self.core
+    }
+
+    /// This system's node identity: its name, address and incarnation.
+    /// Every actor it spawns carries it ([`ActorId::node`]).
+    pub fn node(&self) -> NodeId {
+        self.core.node.clone()
     }
 
     fn spawn_top<A: Actor>(
@@ -431,6 +449,7 @@ impl SystemHandle {
 ///     .build();
 /// ```
 pub struct ActorSystemBuilder {
+    name: String,
     worker_threads: usize,
     budget: u32,
     default_mailbox: Mailbox,
@@ -445,6 +464,7 @@ pub struct ActorSystemBuilder {
 impl Default for ActorSystemBuilder {
     fn default() -> Self {
         ActorSystemBuilder {
+            name: "troubadour".to_string(),
             worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             budget: 64,
             default_mailbox: Mailbox::Unbounded,
@@ -459,6 +479,17 @@ impl Default for ActorSystemBuilder {
 }
 
 impl ActorSystemBuilder {
+    /// The system's name (default `"troubadour"`), part of its
+    /// [`NodeId`] and of how its actors' ids print (`<orders.42>`). ASCII
+    /// letters, digits, `-` and `_`, not starting with `-` or `_` (Akka's
+    /// rule); [`try_build`](Self::try_build) reports any other name as
+    /// [`BuildError::InvalidName`]. Names need not be unique: every start is
+    /// a new node whatever its name, but distinct names keep logs readable.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
     /// Worker threads running actors (default: one per core).
     pub fn worker_threads(mut self, n: usize) -> Self {
         self.worker_threads = n.max(1);
@@ -553,8 +584,9 @@ impl ActorSystemBuilder {
     /// Starts the system.
     ///
     /// # Panics
-    /// If the operating system refuses the worker threads; use
-    /// [`try_build`](Self::try_build) to handle that as an error.
+    /// If the name is invalid (see [`name`](Self::name)) or the operating
+    /// system refuses the worker threads; use [`try_build`](Self::try_build)
+    /// to handle those as errors.
     pub fn build(self) -> ActorSystem {
         match self.try_build() {
             Ok(system) => system,
@@ -562,8 +594,10 @@ impl ActorSystemBuilder {
         }
     }
 
-    /// Starts the system, reporting a refused thread or runtime as an error.
-    pub fn try_build(self) -> std::io::Result<ActorSystem> {
+    /// Starts the system, reporting an invalid name or a refused thread or
+    /// runtime as an error.
+    pub fn try_build(self) -> Result<ActorSystem, BuildError> {
+        validate_name(&self.name)?;
         let current = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -579,6 +613,7 @@ impl ActorSystemBuilder {
             }
         };
         crash_report::install();
+        let (node, index) = NodeId::start(&self.name)?;
         let core = Arc::new(SystemCore {
             scheduler: if self.manual_scheduling {
                 Scheduler::manual(self.budget, tokio.clone(), self.crash_reports)
@@ -604,6 +639,8 @@ impl ActorSystemBuilder {
             },
             tokio,
             own_runtime: Mutex::new(own),
+            node,
+            id_base: u64::from(index) << SERIAL_BITS,
             next_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
             outbox: self.hold_messages.then(|| Mutex::new(Vec::new())),
@@ -719,5 +756,27 @@ impl ActorSystem {
 impl Drop for ActorSystem {
     fn drop(&mut self) {
         let _ = self.shutdown(self.default_deadline);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Nobody;
+    impl Actor for Nobody {}
+
+    #[test]
+    fn the_last_serial_is_handed_out_and_then_spawns_fail_instead_of_wrapping() {
+        let system = ActorSystem::builder().manual_scheduling().build();
+        system.core.next_id.store(MAX_SERIAL, Ordering::Relaxed);
+        let last = system.spawn(Nobody).unwrap();
+        assert_eq!(last.id().serial(), MAX_SERIAL);
+        assert_eq!(last.id().node(), system.node());
+        assert_eq!(
+            system.spawn(Nobody).err(),
+            Some(SpawnError::IdsExhausted),
+            "the next serial would spill into the node bits"
+        );
     }
 }
