@@ -14,7 +14,7 @@ use crate::error::{AskError, SendError};
 use crate::exit::{ActorId, ExitReason};
 use crate::signal::{Signal, Watcher};
 use crate::system::SystemCore;
-use crate::timer::Deadline;
+use crate::timer::{Deadline, Expiry};
 use std::fmt;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -318,8 +318,9 @@ impl<R> Future for Ask<R> {
         let deadline = this
             .sleep
             .get_or_insert_with(|| Deadline::start(system, timeout));
-        match deadline.poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(AskError::Timeout(timeout))),
+        match deadline.poll(system, cx) {
+            Poll::Ready(Expiry::Elapsed) => Poll::Ready(Err(AskError::Timeout(timeout))),
+            Poll::Ready(Expiry::SystemDown) => Poll::Ready(Err(AskError::SystemShutdown)),
             Poll::Pending => Poll::Pending,
         }
     }
