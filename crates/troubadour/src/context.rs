@@ -202,8 +202,15 @@ impl<A: Actor> Context<A> {
     }
 
     /// Watches `other`: when it stops, this actor receives [`Down`] with the
-    /// exit reason (at once, with [`ExitReason::NoProc`], if it has already
-    /// stopped).
+    /// exit reason. If it has already stopped, `Down` comes at once with the
+    /// reason it stopped for: troubadour remembers it, so a late monitor
+    /// learns what an early one did (Erlang answers `noproc` there, which
+    /// troubadour keeps for links to a dead actor).
+    ///
+    /// `Down` is a system message: it comes after every message `other` sent
+    /// this actor before it stopped (per-pair order, as in Erlang), and a
+    /// bounded mailbox takes it even when full, so it is never lost while
+    /// this actor lives.
     pub fn monitor<B: Actor>(&mut self, other: &ActorRef<B>)
     where
         A: Handler<Down>,
@@ -224,6 +231,12 @@ impl<A: Actor> Context<A> {
     /// of failing this actor (Erlang's `trap_exit`), whatever their reason,
     /// `Normal` and a linked actor's `Killed` included. Only
     /// [`ActorRef::kill`] of this actor itself is never trapped.
+    ///
+    /// Like [`Down`], an `Exited` keeps per-pair order: it comes after every
+    /// message the linked actor sent this one before it stopped, and a
+    /// bounded mailbox takes it even when full. An untrapped exit signal
+    /// stops this actor at once, with whatever is queued still unhandled
+    /// (as in Erlang, where the messages had arrived but were not received).
     pub fn trap_exits(&mut self, on: bool)
     where
         A: Handler<Exited>,
