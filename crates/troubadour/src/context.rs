@@ -5,7 +5,7 @@ use crate::actor::{Actor, Handler, Message};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorCell, Phase, Request};
 use crate::envelope::{envelope, envelope_alone, take_current_reply, Handles, Immediate};
-use crate::error::SpawnError;
+use crate::error::{SendError, SpawnError};
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
 use crate::spawn::{spawn_actor, Source, SpawnOptions};
@@ -255,7 +255,12 @@ impl<A: Actor> Context<A> {
     }
 
     /// Sends `msg` to this actor after `delay`. The timer is cancelled when
-    /// the actor stops or restarts, or by [`TimerRef::cancel`].
+    /// the actor stops, fails or restarts, or by [`TimerRef::cancel`].
+    ///
+    /// The actor asked for this message itself, so a bounded mailbox that
+    /// is full when it falls due still takes it (over its bound, like a
+    /// `Down`): a timeout the actor relies on is never lost to its own
+    /// backlog.
     pub fn send_after<M, K>(&mut self, delay: Duration, msg: M) -> TimerRef
     where
         M: Message,
@@ -274,7 +279,7 @@ impl<A: Actor> Context<A> {
             None,
             Box::new(move || match (weak.upgrade(), msg.take()) {
                 (Some(cell), Some(m)) if cell.timer_is_current(incarnation) => {
-                    let _ = ActorRef::from_cell(cell).tell(m);
+                    let _ = ActorRef::from_cell(cell).tell_system(m);
                     Fired::Sent
                 }
                 _ => Fired::Stale,
@@ -283,7 +288,12 @@ impl<A: Actor> Context<A> {
     }
 
     /// Sends a clone of `msg` to this actor every `period`, first after one
-    /// period, until cancelled or the actor stops or restarts.
+    /// period, until cancelled or the actor stops, fails or restarts.
+    ///
+    /// A tick that finds a bounded mailbox full is skipped and counted as a
+    /// dead letter; the interval goes on (momentary backpressure is not a
+    /// cancellation, and a slow actor does not pile up ticks over its
+    /// bound). On an unbounded mailbox every tick is sent.
     pub fn send_interval<M, K>(&mut self, period: Duration, msg: M) -> TimerRef
     where
         M: Message + Clone,
@@ -297,8 +307,17 @@ impl<A: Actor> Context<A> {
             Some(period),
             Box::new(move || match weak.upgrade() {
                 Some(cell) if cell.timer_is_current(incarnation) => {
-                    match ActorRef::from_cell(cell).tell(msg.clone()) {
+                    let actor = ActorRef::from_cell(cell);
+                    match actor.tell(msg.clone()) {
                         Ok(()) => Fired::SentAgain,
+                        Err(SendError::Full(_)) => {
+                            let cell = actor.cell();
+                            cell.system
+                                .dead_letters
+                                .record(cell.id, std::any::type_name::<M>());
+                            Fired::SentAgain
+                        }
+                        // Stopped: nothing left to tick for.
                         Err(_) => Fired::Sent,
                     }
                 }

@@ -127,6 +127,10 @@ impl<A: Actor> ActorCell<A> {
         }
         if self.restartable(&reason) && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
         {
+            // Timers armed so far go stale now, not at the restart: the
+            // supervisor may take a while to decide, and ticks sent
+            // meanwhile would reach the next incarnation.
+            self.run.new_incarnation();
             self.set_phase(Phase::Failed);
             self.tell_parent(Signal::ChildFailed {
                 id: self.id,
