@@ -19,6 +19,17 @@ pub trait Message: Send + 'static {
     type Reply: Send + 'static;
 }
 
+// The runtime's own messages are messages like any other; their impls live
+// here so that `exit.rs` (identities and reasons) depends on nothing above
+// it.
+impl Message for crate::exit::Down {
+    type Reply = ();
+}
+
+impl Message for crate::exit::Exited {
+    type Reply = ();
+}
+
 /// An actor: state that is touched by one message at a time.
 ///
 /// Every hook has a default that does nothing. Hooks run on the actor's own

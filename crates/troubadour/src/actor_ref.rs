@@ -343,8 +343,8 @@ impl<R> Future for Ask<R> {
         let system = &this.system;
         let deadline = this
             .sleep
-            .get_or_insert_with(|| Deadline::start(system, timeout));
-        match deadline.poll(system, cx) {
+            .get_or_insert_with(|| Deadline::start(&**system, timeout));
+        match deadline.poll(&**system, cx) {
             Poll::Ready(Expiry::Elapsed) => Poll::Ready(Err(AskError::Timeout(timeout))),
             Poll::Ready(Expiry::SystemDown) => Poll::Ready(Err(AskError::SystemShutdown)),
             Poll::Pending => Poll::Pending,

@@ -22,6 +22,7 @@ use crate::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
 use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, WOKEN};
+use crate::scheduler::{Runnable, Turn};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::{Restart, RestartLog};
 use crate::system::SystemCore;
@@ -140,21 +141,6 @@ pub(crate) struct ActorCell<A: Actor> {
 // the SCHEDULED bit (module docs); `A: Send` and messages are `Send`.
 unsafe impl<A: Actor> Send for ActorCell<A> {}
 unsafe impl<A: Actor> Sync for ActorCell<A> {}
-
-/// What a worker does with an actor after a turn.
-pub(crate) enum Turn {
-    /// Released; someone else will schedule it when input arrives.
-    Idle,
-    /// Still owned by the caller and has work: schedule it again.
-    Again,
-}
-
-/// A runnable actor as the scheduler sees it.
-pub(crate) trait Runnable: Send + Sync + 'static {
-    fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
-    fn is_finished(&self) -> bool;
-    fn id(&self) -> ActorId;
-}
 
 impl<A: Actor> ActorCell<A> {
     /// A cell in `Starting` phase. `scheduled` cells are created owning the

@@ -1,7 +1,6 @@
 //! Identity and exit reasons, and the messages that carry them to monitors
 //! and to actors that trap exits.
 
-use crate::actor::Message;
 use crate::node_id::{NodeId, MAX_SERIAL, SERIAL_BITS};
 use std::fmt;
 use std::sync::Arc;
@@ -125,10 +124,6 @@ pub struct Down {
     pub reason: ExitReason,
 }
 
-impl Message for Down {
-    type Reply = ();
-}
-
 /// An exit signal from a linked actor, delivered as a message to an actor
 /// that traps exits (see [`Context::trap_exits`](crate::Context::trap_exits)).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,10 +132,6 @@ pub struct Exited {
     pub id: ActorId,
     /// Why it stopped.
     pub reason: ExitReason,
-}
-
-impl Message for Exited {
-    type Reply = ();
 }
 
 pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> Arc<str> {

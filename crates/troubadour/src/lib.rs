@@ -90,6 +90,7 @@ pub mod supervision;
 mod sync;
 mod system;
 mod timer;
+mod tokio_runtime;
 
 pub use actor::{Actor, AsyncHandler, Handler, Message};
 pub use actor_ref::{ActorRef, Ask, Recipient};

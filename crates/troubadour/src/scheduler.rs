@@ -42,7 +42,6 @@
 mod idle;
 mod next_slot;
 
-use crate::cell::{Runnable, Turn};
 use crate::crash_report::{self, CrashReports};
 use crate::exit::ActorId;
 use crossbeam_deque::{Injector, Steal, Stealer, Worker};
@@ -63,6 +62,22 @@ use idle::Idle;
 pub use next_slot::NextSlot;
 #[cfg(not(loom))]
 use next_slot::NextSlot;
+
+/// What a worker does with an actor after a turn.
+pub(crate) enum Turn {
+    /// Released; someone else will schedule it when input arrives.
+    Idle,
+    /// Still owned by the caller and has work: schedule it again.
+    Again,
+}
+
+/// Something the scheduler runs: an actor, as far as it is concerned. The
+/// actor cell implements it; the scheduler knows nothing else of actors.
+pub(crate) trait Runnable: Send + Sync + 'static {
+    fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    fn is_finished(&self) -> bool;
+    fn id(&self) -> ActorId;
+}
 
 pub(crate) type Task = Arc<dyn Runnable>;
 

@@ -14,11 +14,12 @@ use crate::scheduler::{Scheduler, TurnRun};
 use crate::signal::{ControlHandle, Signal};
 use crate::spawn::{spawn_actor, Mailbox, Source, SpawnOptions};
 use crate::supervision::{RestartLog, SupervisorStrategy};
-use crate::timer::{Sleep, Timers};
+use crate::timer::{Clock, Sleep, Timers};
+use crate::tokio_runtime::TokioRuntime;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Config {
@@ -34,12 +35,7 @@ pub(crate) struct SystemCore {
     pub(crate) timers: Timers,
     pub(crate) guardian: Guardian,
     pub(crate) config: Config,
-    pub(crate) tokio: tokio::runtime::Handle,
-    own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
-    /// False once the system's own tokio runtime has shut down. Timers on
-    /// it (ask timeouts, sleeps) read it under the read lock before polling,
-    /// because polling a tokio timer of a shut-down runtime panics.
-    pub(crate) tokio_alive: RwLock<bool>,
+    pub(crate) tokio: TokioRuntime,
     node: NodeId,
     /// The node's index, shifted into the high bits every id of this system
     /// carries.
@@ -49,6 +45,15 @@ pub(crate) struct SystemCore {
     /// `Some` on a system built with `hold_messages`: sends not yet
     /// delivered, in the order they were made.
     outbox: Option<Mutex<Vec<InFlight>>>,
+}
+
+impl Clock for SystemCore {
+    fn timers(&self) -> &Timers {
+        &self.timers
+    }
+    fn tokio(&self) -> &TokioRuntime {
+        &self.tokio
+    }
 }
 
 impl SystemCore {
@@ -431,13 +436,13 @@ impl SystemHandle {
 
     /// The tokio runtime handlers run in (for `tokio::spawn` from outside).
     pub fn tokio_handle(&self) -> &tokio::runtime::Handle {
-        &self.core.tokio
+        self.core.tokio.handle()
     }
 
     /// Runs a future to completion from synchronous code (a plain `fn main`),
     /// inside the system's tokio runtime. Do not call it from a handler.
     pub fn block_on<F: Future>(&self, fut: F) -> F::Output {
-        let _guard = self.core.tokio.enter();
+        let _guard = self.core.tokio.handle().enter();
         crate::blocking::block_on(fut)
     }
 }
@@ -607,27 +612,26 @@ impl ActorSystemBuilder {
         let current = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let (tokio, own) = match self.tokio.or(current) {
-            Some(h) => (h, None),
-            None => {
-                let rt = tokio::runtime::Builder::new_multi_thread()
+        let tokio = match self.tokio.or(current) {
+            Some(h) => TokioRuntime::borrowed(h),
+            None => TokioRuntime::own(
+                tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(1)
                     .thread_name("troubadour-io")
                     .enable_all()
-                    .build()?;
-                (rt.handle().clone(), Some(rt))
-            }
+                    .build()?,
+            ),
         };
         crash_report::install();
         let (node, index) = NodeId::start(&self.name)?;
         let core = Arc::new(SystemCore {
             scheduler: if self.manual_scheduling {
-                Scheduler::manual(self.budget, tokio.clone(), self.crash_reports)
+                Scheduler::manual(self.budget, tokio.handle().clone(), self.crash_reports)
             } else {
                 Scheduler::new(
                     self.worker_threads,
                     self.budget,
-                    tokio.clone(),
+                    tokio.handle().clone(),
                     self.crash_reports,
                 )?
             },
@@ -644,8 +648,6 @@ impl ActorSystemBuilder {
                 ask_timeout: self.ask_timeout,
             },
             tokio,
-            own_runtime: Mutex::new(own),
-            tokio_alive: RwLock::new(true),
             node,
             id_base: u64::from(index) << SERIAL_BITS,
             next_id: AtomicU64::new(1),
@@ -755,11 +757,7 @@ impl ActorSystem {
         core.guardian.clear();
         core.registry.clear();
         core.dead_letters.clear();
-        if let Some(rt) = core.own_runtime.lock().ok().and_then(|mut r| r.take()) {
-            let mut alive = core.tokio_alive.write().unwrap_or_else(|p| p.into_inner());
-            *alive = false;
-            rt.shutdown_background();
-        }
+        core.tokio.shut_down();
         if left > 0 {
             Err(ShutdownError::DeadlineExceeded {
                 still_running: left,

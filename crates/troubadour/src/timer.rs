@@ -21,7 +21,7 @@
 //! thread then, and `advance_time` fires what falls due on the caller's
 //! thread, in deadline order, moving the clock to each deadline as it fires.
 
-use crate::system::SystemCore;
+use crate::tokio_runtime::TokioRuntime;
 use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::future::Future;
@@ -117,21 +117,29 @@ impl Drop for Ringer {
     }
 }
 
+/// Where a system's time comes from: its timers (real or virtual) and the
+/// tokio runtime real-time waits run on. The system implements it; waits
+/// hold it, not the system.
+pub(crate) trait Clock: Send + Sync + 'static {
+    fn timers(&self) -> &Timers;
+    fn tokio(&self) -> &TokioRuntime;
+}
+
 impl Deadline {
-    pub(crate) fn start(system: &SystemCore, timeout: Duration) -> Deadline {
-        if !system.timers.is_virtual() {
-            let alive = system.tokio_alive.read().unwrap_or_else(|p| p.into_inner());
+    pub(crate) fn start(clock: &dyn Clock, timeout: Duration) -> Deadline {
+        if !clock.timers().is_virtual() {
+            let alive = clock.tokio().alive();
             if !*alive {
                 return Deadline::Down;
             }
             // Inside the system's runtime so this works from any executor
             // or a plain thread.
-            let _guard = system.tokio.enter();
+            let _guard = clock.tokio().handle().enter();
             return Deadline::Real(Box::pin(tokio::time::sleep(timeout)));
         }
         let alarm = Arc::new(Alarm::default());
         let ringer = Ringer(alarm.clone());
-        let timer = system.timers.schedule(
+        let timer = clock.timers().schedule(
             timeout,
             None,
             Box::new(move || {
@@ -142,14 +150,13 @@ impl Deadline {
         Deadline::Virtual(alarm, timer)
     }
 
-    pub(crate) fn poll(&mut self, system: &SystemCore, cx: &mut TaskContext<'_>) -> Poll<Expiry> {
+    pub(crate) fn poll(&mut self, clock: &dyn Clock, cx: &mut TaskContext<'_>) -> Poll<Expiry> {
         match self {
             Deadline::Real(sleep) => {
                 // Polling a tokio timer whose runtime has shut down panics
                 // inside tokio; the read lock keeps the system's own runtime
-                // from shutting down during the poll (`shutdown` takes the
-                // write lock).
-                let alive = system.tokio_alive.read().unwrap_or_else(|p| p.into_inner());
+                // from shutting down during the poll (see `tokio_runtime.rs`).
+                let alive = clock.tokio().alive();
                 if !*alive {
                     return Poll::Ready(Expiry::SystemDown);
                 }
@@ -186,15 +193,15 @@ impl Drop for Deadline {
 pub struct Sleep {
     deadline: Option<Deadline>,
     duration: Duration,
-    system: Arc<SystemCore>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Sleep {
-    pub(crate) fn new(system: Arc<SystemCore>, duration: Duration) -> Self {
+    pub(crate) fn new(clock: Arc<dyn Clock>, duration: Duration) -> Self {
         Sleep {
             deadline: None,
             duration,
-            system,
+            clock,
         }
     }
 }
@@ -204,14 +211,14 @@ impl Future for Sleep {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<()> {
         let this = &mut *self;
-        let (system, duration) = (&this.system, this.duration);
+        let (clock, duration) = (&*this.clock, this.duration);
         // Armed at the first poll (tokio's `sleep` counts from its creation
         // instead): a sleep created early and awaited late waits in full.
         // On a system that has shut down it ends at once (documented on
         // `SystemHandle::sleep`).
         this.deadline
-            .get_or_insert_with(|| Deadline::start(system, duration))
-            .poll(system, cx)
+            .get_or_insert_with(|| Deadline::start(clock, duration))
+            .poll(clock, cx)
             .map(|_| ())
     }
 }
