@@ -314,3 +314,290 @@ fn a_panic_in_stopping_does_not_stop_the_stop_and_becomes_the_exit_reason() {
     );
     assert_eq!(down, reason, "monitors see the same reason");
 }
+
+// ---- supervisors: a worker and a supervisor that log ----------------------
+
+/// A supervised child that logs its lifecycle; `Fail` logs "failing" and
+/// panics.
+struct Worker {
+    name: &'static str,
+    log: Sender<String>,
+}
+
+impl Actor for Worker {
+    fn started(&mut self, _: &mut Context<Self>) {
+        let _ = self.log.send(format!("{} started", self.name));
+    }
+    fn before_restart(&mut self, _: &ExitReason, _: &mut Context<Self>) {
+        let _ = self.log.send(format!("{} before_restart", self.name));
+    }
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let _ = self.log.send(format!("{} stopped", self.name));
+    }
+}
+
+impl Handler<Fail> for Worker {
+    fn handle(&mut self, _: Fail, _: &mut Context<Self>) {
+        let _ = self.log.send(format!("{} failing", self.name));
+        panic!("{} fails", self.name)
+    }
+}
+
+impl Handler<Ping> for Worker {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> &'static str {
+        "pong"
+    }
+}
+
+fn worker(name: &'static str, log: &Sender<String>) -> impl FnMut() -> Worker + Send + 'static {
+    let log = log.clone();
+    move || Worker {
+        name,
+        log: log.clone(),
+    }
+}
+
+type Slot<T> = Arc<std::sync::Mutex<Vec<T>>>;
+
+/// Spawns restartable workers named `names` from `started` (so a restart
+/// of the supervisor builds them anew), publishes them in `kids` and logs
+/// "sup started".
+struct Sup {
+    strategy: SupervisorStrategy,
+    names: Vec<&'static str>,
+    log: Sender<String>,
+    kids: Slot<ActorRef<Worker>>,
+}
+
+impl Actor for Sup {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let mut kids = self.kids.lock().unwrap();
+        kids.clear();
+        for &name in &self.names {
+            kids.push(ctx.spawn_with(worker(name, &self.log)).unwrap());
+        }
+        let _ = self.log.send("sup started".into());
+    }
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        self.strategy
+    }
+}
+
+impl Handler<Ping> for Sup {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> &'static str {
+        "pong"
+    }
+}
+
+/// Blocks the supervisor's turn until the test sends on the channel, so
+/// signals to it pile up meanwhile.
+struct Block(std::sync::mpsc::Receiver<()>);
+impl Message for Block {
+    type Reply = ();
+}
+impl Handler<Block> for Sup {
+    fn handle(&mut self, Block(gate): Block, _: &mut Context<Self>) {
+        let _ = self.log.send("sup blocked".into());
+        let _ = gate.recv_timeout(LIVENESS);
+    }
+}
+
+fn sup(strategy: SupervisorStrategy, names: &[&'static str], log: &Sender<String>) -> Sup {
+    Sup {
+        strategy,
+        names: names.to_vec(),
+        log: log.clone(),
+        kids: Arc::default(),
+    }
+}
+
+fn kids(slot: &Slot<ActorRef<Worker>>) -> Vec<ActorRef<Worker>> {
+    let kids = slot.lock().unwrap().clone();
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    kids
+}
+
+// ---- 6. a restarted supervisor starts with an empty restart history -------
+
+/// Supervises one `Sup` (built by a factory) one-for-one.
+struct Root {
+    inner: Option<Box<dyn FnMut() -> Sup + Send>>,
+}
+
+impl Actor for Root {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let make = self.inner.take().unwrap();
+        ctx.spawn_with(make).unwrap();
+    }
+}
+
+#[test]
+fn a_restarted_supervisor_starts_with_an_empty_restart_history() {
+    let system = ActorSystem::new();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    let (log_tx, shared) = (tx.clone(), slot.clone());
+    // One restart a minute allowed.
+    let strategy = SupervisorStrategy::new(Strategy::OneForOne)
+        .intensity(1, std::time::Duration::from_secs(60));
+    let _root = system
+        .spawn(Root {
+            inner: Some(Box::new(move || Sup {
+                kids: shared.clone(),
+                ..sup(strategy, &["a"], &log_tx)
+            })),
+        })
+        .unwrap();
+    rx.until("sup started");
+    let a = kids(&slot).remove(0);
+    a.tell(Fail).unwrap();
+    rx.until("a before_restart");
+    assert_eq!(rx.until("a started"), Vec::<String>::new());
+    // The second crash in the minute is one too many: the supervisor
+    // escalates and the root restarts it with a fresh child.
+    a.tell(Fail).unwrap();
+    rx.until("sup started");
+    let fresh = kids(&slot).remove(0);
+    rx.drain();
+    // The fresh supervisor's first restart is allowed: the child restarts,
+    // the supervisor does not escalate again.
+    fresh.tell(Fail).unwrap();
+    assert_eq!(rx.next(), "a failing");
+    assert_eq!(rx.next(), "a before_restart");
+    assert_eq!(rx.next(), "a started");
+    assert_eq!(fresh.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert!(rx.drain().is_empty());
+}
+
+// ---- 8. a kill of an already failed child is not a second failure --------
+
+#[test]
+fn killing_a_child_that_already_failed_is_not_a_second_failure() {
+    let system = ActorSystem::builder().worker_threads(4).build();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    // One restart allowed: a second failure would make it give up.
+    let strategy = SupervisorStrategy::new(Strategy::OneForOne)
+        .intensity(1, std::time::Duration::from_secs(60));
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            ..sup(strategy, &["a"], &tx)
+        })
+        .unwrap();
+    rx.until("sup started");
+    let a = kids(&slot).remove(0);
+    // Hold the supervisor in a handler, so it decides only when released.
+    let (gate, blocked) = std::sync::mpsc::channel();
+    let held = s.ask(Block(blocked)).timeout(LIVENESS);
+    rx.until("sup blocked");
+    a.tell(Fail).unwrap();
+    // "failing" is logged on the turn that fails: the kill is processed on
+    // a later turn, while the child waits for its supervisor's decision.
+    rx.until("a failing");
+    a.kill();
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    rx.until("a started");
+    // Signals come before messages: by the time it answers, the supervisor
+    // has seen everything the child sent.
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(a.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert!(s.is_alive() && a.is_alive());
+}
+
+// ---- 9. restart intensity reads the system's clock ------------------------
+
+const HOUR: std::time::Duration = std::time::Duration::from_secs(3600);
+
+#[test]
+fn the_guardian_measures_restart_intensity_on_virtual_time() {
+    let system = ActorSystem::builder().virtual_time().build();
+    let (tx, rx) = log();
+    let a = system.spawn_with(worker("top", &tx)).unwrap();
+    rx.until("top started");
+    // The guardian allows 3 restarts in 5 s; these are an hour apart.
+    for _ in 0..5 {
+        system.advance_time(HOUR).unwrap();
+        a.tell(Fail).unwrap();
+        rx.until("top started");
+    }
+    assert_eq!(a.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn a_supervisor_measures_restart_intensity_on_virtual_time() {
+    let system = ActorSystem::builder().virtual_time().build();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    let strategy = SupervisorStrategy::new(Strategy::OneForOne)
+        .intensity(1, std::time::Duration::from_secs(5));
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            ..sup(strategy, &["a"], &tx)
+        })
+        .unwrap();
+    rx.until("sup started");
+    let a = kids(&slot).remove(0);
+    for _ in 0..3 {
+        system.advance_time(HOUR).unwrap();
+        a.tell(Fail).unwrap();
+        rx.until("a before_restart");
+        rx.until("a started");
+    }
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert!(s.is_alive());
+}
+
+// ---- section 4: a configurable top-level strategy -------------------------
+
+#[test]
+fn the_guardian_strategy_is_configurable() {
+    let system = ActorSystem::builder()
+        .guardian_strategy(
+            SupervisorStrategy::new(Strategy::OneForOne)
+                .intensity(1, std::time::Duration::from_secs(60)),
+        )
+        .build();
+    let (tx, rx) = log();
+    let a = system.spawn_with(worker("top", &tx)).unwrap();
+    rx.until("top started");
+    a.tell(Fail).unwrap();
+    rx.until("top started");
+    // One restart a minute: the second failure stops it.
+    let wait = a.wait_stopped();
+    a.tell(Fail).unwrap();
+    let reason = stopped_reason(wait).expect("the guardian gives up");
+    assert!(matches!(reason, ExitReason::RestartLimit(_)), "{reason:?}");
+
+    // And more than the default 3 in 5 s when asked for.
+    let system = ActorSystem::builder()
+        .guardian_strategy(
+            SupervisorStrategy::new(Strategy::OneForOne)
+                .intensity(10, std::time::Duration::from_secs(60)),
+        )
+        .build();
+    let b = system.spawn_with(worker("many", &tx)).unwrap();
+    rx.until("many started");
+    for _ in 0..6 {
+        b.tell(Fail).unwrap();
+        rx.until("many started");
+    }
+    assert_eq!(b.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn the_guardian_refuses_strategies_other_than_one_for_one() {
+    let built = ActorSystem::builder()
+        .guardian_strategy(SupervisorStrategy::new(Strategy::OneForAll))
+        .try_build();
+    assert!(matches!(
+        built,
+        Err(troubadour::BuildError::GuardianStrategy(
+            Strategy::OneForAll
+        ))
+    ));
+}

@@ -9,7 +9,7 @@ use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::mailbox::{Pop, SignalStack};
 use crate::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
-use crate::supervision::Restart;
+use crate::supervision::{Restart, RestartLog};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -121,7 +121,18 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
         match self.phase() {
             Phase::Stopped => return,
-            Phase::Failed if !brutal => return,
+            Phase::Failed => {
+                // Already failed and waiting for its supervisor, who has been
+                // told once: another exit is not a second failure (it would
+                // count twice against the intensity). A kill still takes
+                // effect: the failed instance goes without further hooks, and
+                // the supervisor's decision (restart or stop) follows.
+                if brutal {
+                    self.drop_suspended();
+                    self.drop_actor();
+                }
+                return;
+            }
             _ => {}
         }
         self.drop_suspended();
@@ -296,7 +307,7 @@ impl<A: Actor> ActorCell<A> {
         let exited = Signal::ChildExited { id: self.id };
         match parent {
             Some(p) => p.signal(exited),
-            None => self.system.guardian.on_signal(self.id, exited),
+            None => self.system.to_guardian(self.id, exited),
         }
     }
 
@@ -355,6 +366,10 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
         self.drop_actor();
         *self.request.get() = Request::None;
+        // A fresh instance supervises with a fresh history (OTP: a restarted
+        // supervisor starts counting restarts from zero), or one more crash
+        // of a child right after an escalation would escalate again.
+        self.extras().restarts = RestartLog::default();
         // Running from here on: a panic in the factory or in
         // `after_restart` is a new failure of this actor (caught where the
         // signal is processed), which its supervisor decides on again.
@@ -381,7 +396,7 @@ impl<A: Actor> ActorCell<A> {
         if !extras.children.contains_key(&child) {
             return;
         }
-        if !extras.restarts.allow(&strategy) {
+        if !extras.restarts.allow(&strategy, self.system.timers.now()) {
             // Too many restarts: fail ourselves and let our supervisor decide.
             self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
             return;
@@ -394,7 +409,7 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
         match self.extras_opt().and_then(|e| e.parent.clone()) {
             Some(p) => p.signal(signal),
-            None => self.system.guardian.on_signal(self.id, signal),
+            None => self.system.to_guardian(self.id, signal),
         }
     }
 }
