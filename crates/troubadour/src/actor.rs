@@ -33,15 +33,30 @@ impl Message for crate::exit::Exited {
 /// An actor: state that is touched by one message at a time.
 ///
 /// Every hook has a default that does nothing. Hooks run on the actor's own
-/// turn, like handlers. A panic in any hook or handler fails the actor: it
-/// stops taking messages and its supervisor decides (see
-/// [`SupervisorStrategy`]); the panic message becomes
-/// [`ExitReason::Panicked`]. The panic is reported once, as a `tracing`
+/// turn, like handlers. The panic message of a panic in any of them becomes
+/// [`ExitReason::Panicked`], and the panic is reported once, as a `tracing`
 /// event, not as Rust's panic message (see
-/// [`CrashReports`](crate::CrashReports)).
+/// [`CrashReports`](crate::CrashReports)). What happens next depends on
+/// where it panicked:
+///
+/// * in a handler, in [`started`](Actor::started) or
+///   [`after_restart`](Actor::after_restart), in the factory that builds it
+///   on a restart, or in [`supervisor_strategy`](Actor::supervisor_strategy):
+///   the actor fails; it stops taking messages and its supervisor decides
+///   (see [`SupervisorStrategy`]). Signals already sent to it (a stop, a
+///   `wait_stopped`, a link) are still processed;
+/// * in [`stopping`](Actor::stopping), [`stopped`](Actor::stopped) or the
+///   actor's `Drop`: the stop goes on (children are stopped, the later hooks
+///   run) and `Panicked` becomes the exit reason that links, monitors and
+///   [`wait_stopped`](crate::ActorRef::wait_stopped) see, as a crash in
+///   Erlang's `terminate` does;
+/// * in [`before_restart`](Actor::before_restart): the restart goes on.
 ///
 /// Lifecycle, in order:
-/// 1. [`started`](Actor::started), before the first message;
+/// 1. [`started`](Actor::started), before the first message and before any
+///    signal: an actor stopped before its first turn still runs `started`
+///    first, so the stop hooks never run without it (Erlang's `init`, Akka's
+///    `preStart`);
 /// 2. messages;
 /// 3. on a restart decided by the supervisor:
 ///    [`before_restart`](Actor::before_restart) on the failed instance, which

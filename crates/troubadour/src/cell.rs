@@ -346,14 +346,20 @@ impl<A: Actor> ActorCell<A> {
         Context::new(unsafe { NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self) })
     }
 
-    unsafe fn drop_actor(&self) {
-        if std::mem::replace(&mut *self.has_actor.get(), false)
-            && catch_unwind(AssertUnwindSafe(|| {
-                (*self.actor.get()).assume_init_drop();
-            }))
-            .is_err()
-        {
-            self.report_crash();
+    /// Drops the actor's state, if it has any. A panic in its `Drop` is
+    /// reported and returned as an exit reason (a stop records it).
+    unsafe fn drop_actor(&self) -> Option<ExitReason> {
+        if !std::mem::replace(&mut *self.has_actor.get(), false) {
+            return None;
+        }
+        match catch_unwind(AssertUnwindSafe(|| {
+            (*self.actor.get()).assume_init_drop();
+        })) {
+            Ok(()) => None,
+            Err(payload) => {
+                self.report_crash();
+                Some(ExitReason::Panicked(panic_message(&*payload)))
+            }
         }
     }
 
@@ -363,15 +369,27 @@ impl<A: Actor> ActorCell<A> {
         crate::crash_report::report(self.id, std::any::type_name::<A>());
     }
 
-    /// Runs a lifecycle hook whose panic must not derail a stop or restart.
-    unsafe fn guarded_hook(self: &Arc<Self>, hook: impl FnOnce(&mut A, &mut Context<A>)) {
-        if *self.has_actor.get() {
-            let actor = self.actor_mut();
-            let mut ctx = self.context();
-            if catch_unwind(AssertUnwindSafe(|| hook(actor, &mut ctx))).is_err() {
+    /// Runs a lifecycle hook whose panic must not derail a stop or restart
+    /// (nothing runs if the actor has no state any more, after a kill or a
+    /// failed factory). A panic is reported and returned as an exit reason:
+    /// a stop goes on with it as its reason (Erlang: a crash in `terminate`
+    /// becomes the exit reason), a restart goes on regardless.
+    unsafe fn guarded_hook(
+        self: &Arc<Self>,
+        hook: impl FnOnce(&mut A, &mut Context<A>),
+    ) -> Option<ExitReason> {
+        if !*self.has_actor.get() {
+            return None;
+        }
+        let actor = self.actor_mut();
+        let mut ctx = self.context();
+        match catch_unwind(AssertUnwindSafe(|| hook(actor, &mut ctx))) {
+            Ok(()) => None,
+            Err(payload) => {
                 self.report_crash();
                 #[cfg(feature = "tracing")]
                 tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
+                Some(ExitReason::Panicked(panic_message(&*payload)))
             }
         }
     }
@@ -393,20 +411,23 @@ impl<A: Actor> ActorCell<A> {
     /// `true` if the budget ran out with more to do.
     unsafe fn turn(self: &Arc<Self>, budget: u32) -> bool {
         let woken = self.run.take_woken();
+        if self.phase() == Phase::Starting {
+            // `started` comes before everything, signals included, so a
+            // stop sent before the first turn still finds a started actor:
+            // the stop hooks never run without `started` (Erlang's `init`,
+            // Akka's `preStart`). A stop it asks for is applied here; signals
+            // that came meanwhile are then processed as for any stopped actor.
+            self.set_phase(Phase::Running);
+            self.actor_mut().started(&mut self.context());
+            self.after_user_code();
+        }
         self.process_signals();
         match self.phase() {
             Phase::Stopped => {
                 self.drain_closed();
                 return false;
             }
-            Phase::Failed | Phase::Draining => return false,
-            Phase::Starting => {
-                self.set_phase(Phase::Running);
-                self.actor_mut().started(&mut self.context());
-                if !self.after_user_code() {
-                    return false;
-                }
-            }
+            Phase::Failed | Phase::Draining | Phase::Starting => return false,
             Phase::Running => {
                 // A request left by a direct call (`LocalActor`).
                 if *self.request.get() != Request::None && !self.after_user_code() {
@@ -566,25 +587,34 @@ impl<A: Actor> ActorCell<A> {
         match catch_unwind(AssertUnwindSafe(|| unsafe { self.turn(budget) })) {
             Ok(busy) => busy,
             Err(payload) => {
-                self.report_crash();
-                let reason = ExitReason::Panicked(panic_message(&*payload));
-                // SAFETY: as above. A panic while failing (in a hook) stops the
-                // actor without further hooks.
-                let nested = catch_unwind(AssertUnwindSafe(|| unsafe {
-                    *self.request.get() = Request::None;
-                    self.abnormal(reason.clone(), false)
-                }));
-                if nested.is_err() {
-                    self.report_crash();
-                    unsafe {
-                        if self.phase() != Phase::Stopped {
-                            self.drop_actor();
-                            self.kill_children();
-                            self.finish_stop(reason);
-                        }
-                    }
-                }
+                // SAFETY: as above.
+                unsafe { self.fail_from_panic(payload) };
                 false
+            }
+        }
+    }
+
+    /// A panic just caught in this actor's code (a handler, a hook, its
+    /// factory, its `supervisor_strategy`) fails the actor: its supervisor
+    /// decides, as for any failure.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role.
+    pub(crate) unsafe fn fail_from_panic(self: &Arc<Self>, payload: Box<dyn std::any::Any + Send>) {
+        self.report_crash();
+        let reason = ExitReason::Panicked(panic_message(&*payload));
+        // A panic while failing (in a hook) stops the actor without further
+        // hooks.
+        let nested = catch_unwind(AssertUnwindSafe(|| {
+            *self.request.get() = Request::None;
+            self.abnormal(reason.clone(), false)
+        }));
+        if nested.is_err() {
+            self.report_crash();
+            if self.phase() != Phase::Stopped {
+                self.drop_actor();
+                self.kill_children();
+                self.finish_stop(reason);
             }
         }
     }

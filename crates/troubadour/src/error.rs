@@ -264,6 +264,9 @@ pub enum BuildError {
     },
     /// The operating system refused a worker thread or the tokio runtime.
     Io(std::io::Error),
+    /// [`ActorSystemBuilder::guardian_strategy`](crate::ActorSystemBuilder::guardian_strategy)
+    /// was given a kind other than one-for-one.
+    GuardianStrategy(crate::Strategy),
 }
 
 impl fmt::Display for BuildError {
@@ -283,6 +286,11 @@ impl fmt::Display for BuildError {
                 f,
                 "the operating system refused a thread or runtime for the actor system ({e}); \
                  lower `worker_threads` or raise the OS thread limit"
+            ),
+            BuildError::GuardianStrategy(kind) => write!(
+                f,
+                "the guardian supervises top-level actors one-for-one only, not {kind:?}; \
+                 spawn a supervisor actor with that strategy for actors that restart together"
             ),
         }
     }

@@ -20,8 +20,17 @@
 //! A child that cannot be restarted (spawned from a value, or
 //! [`Restart::Temporary`]) stops with the failure as its exit reason, which
 //! its links and monitors receive. Top-level actors are supervised by the
-//! system's guardian with the default strategy; when it gives up the actor
-//! stops with `RestartLimit`.
+//! system's guardian, one-for-one with the default intensity unless the
+//! system is built with
+//! [`guardian_strategy`](crate::ActorSystemBuilder::guardian_strategy); when
+//! it gives up the actor stops with `RestartLimit`.
+//!
+//! Intensity is measured on the system's clock
+//! ([`SystemHandle::now`](crate::SystemHandle::now)): under
+//! [virtual time](crate::ActorSystemBuilder::virtual_time) restarts an hour
+//! of virtual time apart are an hour apart, however fast the test runs. A
+//! supervisor that is itself restarted starts with an empty restart history,
+//! as in OTP.
 
 use crate::exit::ActorId;
 use crate::signal::ControlHandle;
@@ -117,9 +126,10 @@ pub(crate) struct RestartLog {
 }
 
 impl RestartLog {
-    /// Records a restart; `false` if it exceeds the strategy's intensity.
-    pub(crate) fn allow(&mut self, strategy: &SupervisorStrategy) -> bool {
-        let now = Instant::now();
+    /// Records a restart at `now` (the system's clock, never the wall
+    /// clock: virtual time must decide alone); `false` if it exceeds the
+    /// strategy's intensity.
+    pub(crate) fn allow(&mut self, strategy: &SupervisorStrategy, now: Instant) -> bool {
         while let Some(&t) = self.times.front() {
             if now.duration_since(t) > strategy.within {
                 self.times.pop_front();
@@ -140,14 +150,25 @@ mod tests {
     fn intensity_allows_max_then_refuses() {
         let s = SupervisorStrategy::default().intensity(2, Duration::from_secs(60));
         let mut log = RestartLog::default();
-        assert!(log.allow(&s));
-        assert!(log.allow(&s));
-        assert!(!log.allow(&s));
+        let now = Instant::now();
+        assert!(log.allow(&s, now));
+        assert!(log.allow(&s, now));
+        assert!(!log.allow(&s, now));
+    }
+
+    #[test]
+    fn restarts_older_than_the_window_are_forgotten() {
+        let s = SupervisorStrategy::default().intensity(1, Duration::from_secs(5));
+        let mut log = RestartLog::default();
+        let start = Instant::now();
+        assert!(log.allow(&s, start));
+        assert!(log.allow(&s, start + Duration::from_secs(6)));
+        assert!(!log.allow(&s, start + Duration::from_secs(7)));
     }
 
     #[test]
     fn zero_intensity_refuses_first_restart() {
         let s = SupervisorStrategy::default().intensity(0, Duration::from_secs(1));
-        assert!(!RestartLog::default().allow(&s));
+        assert!(!RestartLog::default().allow(&s, Instant::now()));
     }
 }

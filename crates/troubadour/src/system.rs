@@ -79,11 +79,18 @@ impl SystemCore {
     pub(crate) fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }
+
+    /// A top-level actor's signal to its parent, the guardian, which
+    /// measures restart intensity on this system's clock.
+    pub(crate) fn to_guardian(&self, from: ActorId, signal: Signal) {
+        self.guardian.on_signal(from, signal, &self.timers);
+    }
 }
 
 /// Supervises top-level actors (those spawned from the system rather than
-/// from an actor) one-for-one with the default intensity, and tracks them
-/// so shutdown can stop them all.
+/// from an actor) one-for-one with the builder's intensity (by default 3
+/// restarts in 5 s, counted per actor), and tracks them so shutdown can stop
+/// them all.
 ///
 /// The guardian holds a strong reference to every top-level actor: an actor
 /// lives until it stops, whether or not anyone holds a reference to it (as
@@ -106,7 +113,7 @@ struct GuardianState {
 }
 
 impl Guardian {
-    fn new() -> Self {
+    fn new(strategy: SupervisorStrategy) -> Self {
         Guardian {
             state: Mutex::new(GuardianState {
                 children: Vec::new(),
@@ -116,7 +123,7 @@ impl Guardian {
             }),
             live: AtomicUsize::new(0),
             all_stopped: Condvar::new(),
-            strategy: SupervisorStrategy::default(),
+            strategy,
         }
     }
 
@@ -139,14 +146,18 @@ impl Guardian {
     }
 
     /// A top-level actor's signal to its parent.
-    pub(crate) fn on_signal(&self, from: ActorId, signal: Signal) {
+    fn on_signal(&self, from: ActorId, signal: Signal, clock: &Timers) {
         match signal {
             Signal::ChildFailed { id, reason } => {
                 let (child, verdict) = {
                     let mut state = self.lock();
                     let child = Self::find(&state, id);
                     let allowed = state.accepting
-                        && state.restarts.entry(id).or_default().allow(&self.strategy);
+                        && state
+                            .restarts
+                            .entry(id)
+                            .or_default()
+                            .allow(&self.strategy, clock.now());
                     (child, allowed)
                 };
                 let Some(child) = child else { return };
@@ -470,6 +481,7 @@ pub struct ActorSystemBuilder {
     manual_scheduling: bool,
     hold_messages: bool,
     crash_reports: CrashReports,
+    guardian_strategy: SupervisorStrategy,
 }
 
 impl Default for ActorSystemBuilder {
@@ -485,6 +497,7 @@ impl Default for ActorSystemBuilder {
             manual_scheduling: false,
             hold_messages: false,
             crash_reports: CrashReports::default(),
+            guardian_strategy: SupervisorStrategy::default(),
         }
     }
 }
@@ -584,6 +597,32 @@ impl ActorSystemBuilder {
         self
     }
 
+    /// How the system's guardian supervises top-level actors (those spawned
+    /// from the system, not from an actor): the restart intensity allowed
+    /// to each before it is stopped with
+    /// [`ExitReason::RestartLimit`]. Default: 3 restarts in 5 s. Like Akka's
+    /// guardian strategy, and unlike an OTP supervisor, the guardian counts
+    /// restarts per top-level actor: they are independent of each other.
+    ///
+    /// Only [`Strategy::OneForOne`](crate::Strategy::OneForOne) is accepted:
+    /// top-level actors do not depend on each other, so restarting them all
+    /// for one failure has no meaning here; actors that must restart
+    /// together belong under a supervisor actor with that strategy.
+    /// [`try_build`](Self::try_build) reports another kind as
+    /// [`BuildError::GuardianStrategy`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troubadour::{ActorSystem, SupervisorStrategy};
+    /// let system = ActorSystem::builder()
+    ///     .guardian_strategy(SupervisorStrategy::default().intensity(10, Duration::from_secs(60)))
+    ///     .build();
+    /// ```
+    pub fn guardian_strategy(mut self, strategy: SupervisorStrategy) -> Self {
+        self.guardian_strategy = strategy;
+        self
+    }
+
     /// Uses this tokio runtime for handlers' I/O and timers. By default the
     /// current multi-threaded runtime is used when there is one (inside
     /// `#[tokio::main]`), else the system starts a small one of its own.
@@ -595,7 +634,8 @@ impl ActorSystemBuilder {
     /// Starts the system.
     ///
     /// # Panics
-    /// If the name is invalid (see [`name`](Self::name)) or the operating
+    /// If the name or the guardian's strategy is invalid (see
+    /// [`name`](Self::name), [`guardian_strategy`](Self::guardian_strategy)) or the operating
     /// system refuses the worker threads; use [`try_build`](Self::try_build)
     /// to handle those as errors.
     pub fn build(self) -> ActorSystem {
@@ -609,6 +649,9 @@ impl ActorSystemBuilder {
     /// runtime as an error.
     pub fn try_build(self) -> Result<ActorSystem, BuildError> {
         validate_name(&self.name)?;
+        if self.guardian_strategy.kind != crate::Strategy::OneForOne {
+            return Err(BuildError::GuardianStrategy(self.guardian_strategy.kind));
+        }
         let current = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
@@ -642,7 +685,7 @@ impl ActorSystemBuilder {
             } else {
                 Timers::default()
             },
-            guardian: Guardian::new(),
+            guardian: Guardian::new(self.guardian_strategy),
             config: Config {
                 default_mailbox: self.default_mailbox,
                 ask_timeout: self.ask_timeout,

@@ -9,7 +9,7 @@ use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::mailbox::{Pop, SignalStack};
 use crate::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
-use crate::supervision::Restart;
+use crate::supervision::{Restart, RestartLog};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -22,12 +22,22 @@ impl<A: Actor> ActorCell<A> {
         while !node.is_null() {
             let next = SignalStack::next_of(node);
             let signal = SignalNode::unbox(node);
-            if self.phase() == Phase::Stopped {
-                self.signal_after_stop(signal);
-            } else {
-                self.handle_signal(signal);
-            }
             node = next;
+            // Some signals run user code (a restart runs the factory and
+            // `after_restart`, a child's failure `supervisor_strategy`). A
+            // panic there fails this actor like a panic in a handler, and the
+            // rest of the batch is still processed: every signal sent is
+            // handled or answers its waiter, none is leaked by an unwind.
+            let handled = catch_unwind(AssertUnwindSafe(|| {
+                if self.phase() == Phase::Stopped {
+                    self.signal_after_stop(signal);
+                } else {
+                    self.handle_signal(signal);
+                }
+            }));
+            if let Err(payload) = handled {
+                self.fail_from_panic(payload);
+            }
         }
     }
 
@@ -118,7 +128,18 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
         match self.phase() {
             Phase::Stopped => return,
-            Phase::Failed if !brutal => return,
+            Phase::Failed => {
+                // Already failed and waiting for its supervisor, who has been
+                // told once: another exit is not a second failure (it would
+                // count twice against the intensity). A kill still takes
+                // effect: the failed instance goes without further hooks, and
+                // the supervisor's decision (restart or stop) follows.
+                if brutal {
+                    self.drop_suspended();
+                    self.drop_actor();
+                }
+                return;
+            }
             _ => {}
         }
         self.drop_suspended();
@@ -186,9 +207,13 @@ impl<A: Actor> ActorCell<A> {
             _ => {}
         }
         self.drop_suspended();
-        if self.phase() != Phase::Failed {
-            self.guarded_hook(|a, c| a.stopping(c));
-        }
+        // `stopping` runs on a live instance that has started: not on a
+        // failed one, nor on one that never ran (a spawn that could not get
+        // its thread).
+        let reason = match self.phase() {
+            Phase::Failed | Phase::Starting => reason,
+            _ => self.guarded_hook(|a, c| a.stopping(c)).unwrap_or(reason),
+        };
         if self.stop_children_then(AfterChildren::Stop(reason.clone())) {
             return;
         }
@@ -232,9 +257,21 @@ impl<A: Actor> ActorCell<A> {
     }
 
     /// The end: hooks, drop the actor, close the mailbox, tell everyone.
+    ///
+    /// A panic in `stopped` (or in the actor's `Drop`) does not stop the
+    /// stop; it becomes the exit reason, so watchers, links and waiters learn
+    /// that the actor crashed (Erlang: a crash in `terminate` is the exit
+    /// reason).
     pub(super) unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
-        self.guarded_hook(|a, c| a.stopped(c));
-        self.drop_actor();
+        let mut reason = reason;
+        if self.phase() != Phase::Starting {
+            if let Some(panicked) = self.guarded_hook(|a, c| a.stopped(c)) {
+                reason = panicked;
+            }
+        }
+        if let Some(panicked) = self.drop_actor() {
+            reason = panicked;
+        }
         self.set_phase(Phase::Stopped);
         self.run.set(CLOSED);
         if self.run.load() & NAMED != 0 {
@@ -281,7 +318,7 @@ impl<A: Actor> ActorCell<A> {
         let exited = Signal::ChildExited { id: self.id };
         match parent {
             Some(p) => p.signal(exited),
-            None => self.system.guardian.on_signal(self.id, exited),
+            None => self.system.to_guardian(self.id, exited),
         }
     }
 
@@ -315,7 +352,8 @@ impl<A: Actor> ActorCell<A> {
 
     /// Parent → child restart: hooks, stop children, rebuild from factory.
     pub(super) unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
-        if self.phase() == Phase::Stopped {
+        if matches!(self.phase(), Phase::Stopped | Phase::Draining) {
+            // Stopped, or a stop or restart is under way: that one wins.
             return;
         }
         if self.extras_opt().is_none_or(|e| e.factory.is_none()) {
@@ -339,6 +377,14 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
         self.drop_actor();
         *self.request.get() = Request::None;
+        // A fresh instance supervises with a fresh history (OTP: a restarted
+        // supervisor starts counting restarts from zero), or one more crash
+        // of a child right after an escalation would escalate again.
+        self.extras().restarts = RestartLog::default();
+        // Running from here on: a panic in the factory or in
+        // `after_restart` is a new failure of this actor (caught where the
+        // signal is processed), which its supervisor decides on again.
+        self.set_phase(Phase::Running);
         let factory = self
             .extras()
             .factory
@@ -347,7 +393,6 @@ impl<A: Actor> ActorCell<A> {
         let fresh = factory();
         (*self.actor.get()).write(fresh);
         *self.has_actor.get() = true;
-        self.set_phase(Phase::Running);
         self.actor_mut().after_restart(&reason, &mut self.context());
         self.after_user_code();
     }
@@ -362,7 +407,7 @@ impl<A: Actor> ActorCell<A> {
         if !extras.children.contains_key(&child) {
             return;
         }
-        if !extras.restarts.allow(&strategy) {
+        if !extras.restarts.allow(&strategy, self.system.timers.now()) {
             // Too many restarts: fail ourselves and let our supervisor decide.
             self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
             return;
@@ -375,7 +420,7 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
         match self.extras_opt().and_then(|e| e.parent.clone()) {
             Some(p) => p.signal(signal),
-            None => self.system.guardian.on_signal(self.id, signal),
+            None => self.system.to_guardian(self.id, signal),
         }
     }
 }
