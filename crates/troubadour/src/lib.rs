@@ -49,7 +49,8 @@
 //! * A panic fails only its actor; its supervisor restarts it or escalates
 //!   ([`supervision`]).
 //! * Control signals (stop, kill, exit signals, supervision) overtake queued
-//!   user messages.
+//!   user messages; [`ActorRef::stop_gracefully`] handles what is queued
+//!   first.
 //!
 //! ## Map
 //!
@@ -73,6 +74,7 @@ mod direct;
 mod envelope;
 mod error;
 mod exit;
+mod graceful;
 mod in_flight;
 mod mailbox;
 mod node_id;
