@@ -259,3 +259,109 @@ fn under_simulation_the_marker_is_held_and_delivered_in_order() {
     assert!(!actor.is_alive());
     assert_eq!(system.dead_letter_count(), 1, "only the refused Item(4)");
 }
+
+// ---- function actors ----------------------------------------------------
+
+/// One message type for a function actor; the reply is the total after it.
+enum Tally {
+    Add(u64),
+    Get,
+    Crash,
+    Stop,
+}
+impl Message for Tally {
+    type Reply = u64;
+}
+
+fn tally(total: &mut u64, msg: Tally, ctx: &mut Context<FnActor<u64, Tally>>) -> u64 {
+    match msg {
+        Tally::Add(n) => *total += n,
+        Tally::Get => {}
+        Tally::Crash => panic!("tally asked to crash"),
+        Tally::Stop => ctx.stop(),
+    }
+    *total
+}
+
+#[test]
+fn a_function_actor_answers_tell_and_ask_from_its_state() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let counter = system
+        .spawn_fn(10u64, |total, msg: Tally, _| {
+            if let Tally::Add(n) = msg {
+                *total += n;
+            }
+            *total
+        })
+        .unwrap();
+    for n in 1..=4 {
+        counter.tell(Tally::Add(n)).unwrap();
+    }
+    assert_eq!(within(&system, counter.ask(Tally::Get)), Ok(20));
+    // A recipient knows only the message type.
+    let r: Recipient<Tally> = counter.recipient();
+    assert_eq!(within(&system, r.ask(Tally::Add(1))), Ok(21));
+}
+
+#[test]
+fn a_function_actor_that_panics_is_restarted_from_its_initial_state() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let counter = system.spawn_fn(10u64, tally).unwrap();
+    counter.tell(Tally::Add(5)).unwrap();
+    assert_eq!(within(&system, counter.ask(Tally::Get)), Ok(15));
+    // The ask for the crashing message gets no reply; the actor fails and
+    // its supervisor (the guardian) restarts it from a clone of 10.
+    assert_eq!(
+        within(&system, counter.ask(Tally::Crash)),
+        Err(AskError::NoReply)
+    );
+    assert_eq!(within(&system, counter.ask(Tally::Get)), Ok(10));
+    assert!(counter.is_alive());
+}
+
+#[test]
+fn a_function_actor_can_stop_itself_through_its_context() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let counter = system.spawn_fn(0u64, tally).unwrap();
+    counter.tell(Tally::Stop).unwrap();
+    assert_eq!(within(&system, counter.wait_stopped()), ExitReason::Normal);
+    assert!(matches!(
+        counter.tell(Tally::Get),
+        Err(SendError::Stopped(_))
+    ));
+}
+
+/// Asks a function actor to start a function child and hand it back; the
+/// parent logs each spawn to the sender.
+struct NewChild(Sender<String>);
+impl Message for NewChild {
+    type Reply = ActorRef<FnActor<u64, Tally>>;
+}
+
+#[test]
+fn function_actors_spawn_function_children_and_supervise_them() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let (tx, rx) = log();
+    let parent = system
+        .spawn_fn(0u32, |spawned, NewChild(probe): NewChild, ctx| {
+            *spawned += 1;
+            let _ = probe.send(format!("spawning child {spawned}"));
+            ctx.spawn_fn(100u64, tally).expect("the parent is running")
+        })
+        .unwrap();
+    let child =
+        within(&system, parent.ask(NewChild(tx))).expect("the parent replies with its child");
+    assert_eq!(rx.next(), "spawning child 1");
+    child.tell(Tally::Add(1)).unwrap();
+    assert_eq!(within(&system, child.ask(Tally::Get)), Ok(101));
+    // The child's failure is the parent's to handle: restarted from 100,
+    // with the same reference, and the parent untouched.
+    child.tell(Tally::Crash).unwrap();
+    assert_eq!(within(&system, child.ask(Tally::Get)), Ok(100));
+    assert!(parent.is_alive());
+    assert!(rx.drain().is_empty(), "the parent did not run again");
+    // Children stop with their parent.
+    parent.stop();
+    assert_eq!(within(&system, child.wait_stopped()), ExitReason::Shutdown);
+    assert_eq!(within(&system, parent.wait_stopped()), ExitReason::Normal);
+}
