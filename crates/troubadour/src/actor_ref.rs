@@ -140,7 +140,7 @@ impl<A: Actor> ActorRef<A> {
     {
         let name = std::any::type_name::<M>();
         let bound = self.cell.config.as_ref().and_then(|c| c.bound.as_ref());
-        if self.cell.is_closed() {
+        if self.cell.refuses_messages() {
             if let (true, Some(bound)) = (has_room, bound) {
                 bound.free();
             }
@@ -272,6 +272,58 @@ impl<A: Actor> ActorRef<A> {
     /// [`ExitReason::Normal`].
     pub fn stop(&self) {
         self.cell.send_signal(Signal::Stop(ExitReason::Normal));
+    }
+
+    /// Stops the actor once it has handled every message already in its
+    /// mailbox (Akka's `PoisonPill`, kameo's `stop_gracefully`), where
+    /// [`stop`](Self::stop) overtakes them.
+    ///
+    /// A marker goes into the mailbox behind what is queued now. From this
+    /// call on the actor takes no new message: `tell`, `ask`, `send` and
+    /// timers are refused with [`SendError::Stopped`] (an `ask` with
+    /// [`AskError::Stopped`](crate::AskError::Stopped)) and counted as dead
+    /// letters, as for a stopped actor. When the actor reaches the marker
+    /// it stops exactly as after [`stop`](Self::stop): exit reason
+    /// [`ExitReason::Normal`], `stopping`, its children stop, `stopped`;
+    /// then [`wait_stopped`](Self::wait_stopped) resolves. Control signals
+    /// still overtake the queue: a `stop` or `kill` sent later stops the
+    /// actor at once, and the messages not yet handled (and the marker)
+    /// become dead letters.
+    ///
+    /// The marker takes no room in a bounded mailbox, so a full mailbox
+    /// never refuses a graceful stop; senders waiting in `send(..).await`
+    /// for room get [`SendError::Stopped`] once room frees up. On a system
+    /// built with [`hold_messages`](crate::ActorSystemBuilder::hold_messages)
+    /// the marker is held and delivered like a message, so messages held
+    /// before it still arrive first. Calling it again, or on a stopped actor,
+    /// does nothing.
+    ///
+    /// ```
+    /// # use troubadour::prelude::*;
+    /// # use std::sync::mpsc;
+    /// struct Printer(mpsc::Sender<String>);
+    /// impl Actor for Printer {
+    ///     fn stopped(&mut self, _: &mut Context<Self>) { let _ = self.0.send("stopped".into()); }
+    /// }
+    /// struct Line(&'static str);
+    /// impl Message for Line { type Reply = (); }
+    /// impl Handler<Line> for Printer {
+    ///     fn handle(&mut self, Line(s): Line, _: &mut Context<Self>) { let _ = self.0.send(s.into()); }
+    /// }
+    ///
+    /// let system = ActorSystem::new();
+    /// let (tx, rx) = mpsc::channel();
+    /// let printer = system.spawn(Printer(tx))?;
+    /// printer.tell(Line("one"))?;
+    /// printer.tell(Line("two"))?;
+    /// printer.stop_gracefully();
+    /// assert!(printer.tell(Line("late")).is_err()); // refused, a dead letter
+    /// system.block_on(printer.wait_stopped());
+    /// assert_eq!(rx.try_iter().collect::<Vec<_>>(), ["one", "two", "stopped"]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stop_gracefully(&self) {
+        self.cell.stop_gracefully();
     }
 
     /// Kills the actor: it stops at once, without its stop hooks, with reason

@@ -21,7 +21,7 @@ use crate::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
 use crate::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
-use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, WOKEN};
+use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, SEALED, WOKEN};
 use crate::scheduler::{Runnable, Turn};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::{Restart, RestartLog};
@@ -187,12 +187,38 @@ impl<A: Actor> ActorCell<A> {
         self.run.load() & CLOSED != 0
     }
 
-    /// `true` if a send must take the rare path: the actor has stopped, or
-    /// its messages are held for a simulation. One load and one test, the
-    /// same as `is_closed`.
+    /// `true` if a send must take the rare path: the actor has stopped or
+    /// is stopping gracefully, or its messages are held for a simulation.
+    /// One load and one test, the same as `is_closed`.
     #[inline]
     pub(crate) fn closed_or_held(&self) -> bool {
-        self.run.load() & (CLOSED | HELD) != 0
+        self.run.load() & (CLOSED | HELD | SEALED) != 0
+    }
+
+    /// `true` once the actor takes no more messages: stopped, or sealed by
+    /// a graceful stop (a message now would queue behind the stop marker).
+    #[inline]
+    pub(crate) fn refuses_messages(&self) -> bool {
+        self.run.load() & (CLOSED | SEALED) != 0
+    }
+
+    /// Puts the graceful-stop marker behind everything queued and refuses
+    /// later sends. Does nothing if a graceful stop was already asked for or
+    /// the actor has stopped. The marker takes no room in a bounded
+    /// mailbox: a full bound must not turn a stop into an error.
+    pub(crate) fn stop_gracefully(self: &Arc<Self>) {
+        let before = self.run.fetch_set(SEALED);
+        if before & (SEALED | CLOSED) != 0 {
+            return;
+        }
+        let marker = crate::graceful::marker::<A>();
+        if before & HELD != 0 {
+            // Held like any message, so a simulation delivers it after the
+            // messages this sender held before it.
+            self.hold(marker, crate::graceful::MARKER_NAME, false);
+        } else {
+            self.enqueue(marker);
+        }
     }
 
     /// A send to a held actor: the node goes to the system's outbox, or

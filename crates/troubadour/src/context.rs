@@ -86,6 +86,12 @@ impl<A: Actor> Context<A> {
         SystemHandle::from_core(self.cell().system.clone())
     }
 
+    /// Queues a control signal to this actor itself: it is processed before
+    /// the next user message, as if another actor had sent it.
+    pub(crate) fn signal_self(&self, signal: Signal) {
+        self.arc().send_signal(signal);
+    }
+
     /// Counts a message that reached this actor too late to be handled.
     pub(crate) fn dead_letter(&self, message: &'static str) {
         let cell = self.cell();

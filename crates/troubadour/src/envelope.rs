@@ -36,15 +36,15 @@ pub(crate) enum Handled {
 
 /// Functions of one `(actor, message)` pair.
 pub struct EnvelopeVTable<A: crate::Actor> {
-    handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>) -> Handled,
-    discard: unsafe fn(*mut Envelope<A>) -> &'static str,
+    pub(crate) handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>) -> Handled,
+    pub(crate) discard: unsafe fn(*mut Envelope<A>) -> &'static str,
 }
 
 /// The type-erased head of every message node.
 #[repr(C)]
 pub struct Envelope<A: crate::Actor> {
-    link: Link,
-    vtable: &'static EnvelopeVTable<A>,
+    pub(crate) link: Link,
+    pub(crate) vtable: &'static EnvelopeVTable<A>,
 }
 
 #[repr(C)]

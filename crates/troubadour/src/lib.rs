@@ -49,10 +49,11 @@
 //! * A panic fails only its actor; its supervisor restarts it or escalates
 //!   ([`supervision`]).
 //! * Control signals (stop, kill, untrapped exit signals, supervision)
-//!   overtake queued user messages. What a monitor or a trapped link
-//!   delivers as a message ([`Down`], [`Exited`]) keeps per-pair order: it
-//!   comes after the messages the stopped actor sent before it stopped, and
-//!   a bounded mailbox never refuses it.
+//!   overtake queued user messages; [`ActorRef::stop_gracefully`] handles
+//!   what is queued first. What a monitor or a trapped link delivers as a
+//!   message ([`Down`], [`Exited`]) keeps per-pair order: it comes after the
+//!   messages the stopped actor sent before it stopped, and a bounded
+//!   mailbox never refuses it.
 //!
 //! ## Map
 //!
@@ -60,7 +61,8 @@
 //! implement; [`ActorSystem`] and [`SystemHandle`] spawn and look up;
 //! [`ActorRef`] and [`Recipient`] send; [`Context`] is what a handler can do
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
-//! drives an actor by direct calls.
+//! drives an actor by direct calls. A closure with its state is an actor
+//! too ([`SystemHandle::spawn_fn`], [`FnActor`]).
 #![warn(missing_docs)]
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
@@ -76,6 +78,8 @@ mod direct;
 mod envelope;
 mod error;
 mod exit;
+mod fn_actor;
+mod graceful;
 mod in_flight;
 mod mailbox;
 mod mailbox_bound;
@@ -105,6 +109,7 @@ pub use error::{
     AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
 };
 pub use exit::{ActorId, Down, ExitReason, Exited};
+pub use fn_actor::FnActor;
 pub use in_flight::InFlight;
 pub use node_id::NodeId;
 pub use scheduler::TurnRun;
@@ -117,8 +122,8 @@ pub use timer::{Sleep, TimerRef};
 pub mod prelude {
     pub use crate::{
         Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down, ExitReason,
-        Exited, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError, SpawnOptions,
-        Strategy, SupervisorStrategy, SystemHandle,
+        Exited, FnActor, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError,
+        SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
     };
 }
 

@@ -37,6 +37,10 @@ pub const EXITED_NORMAL: u32 = 1 << 5;
 /// Sends to this actor are held in flight for a simulation to deliver (see
 /// `in_flight.rs`). Set at creation, never changed.
 pub const HELD: u32 = 1 << 6;
+/// A graceful stop was asked for: the stop marker is in the mailbox, and
+/// sends from now on are refused as if the actor had stopped (they would
+/// land behind the marker). Set once, never cleared; `CLOSED` follows.
+pub const SEALED: u32 = 1 << 7;
 /// The bits above this count the actor's incarnations (a restart or a stop
 /// starts a new one), so a timer armed by an earlier incarnation can tell
 /// it is stale without the actor keeping a list of its timers.
@@ -111,6 +115,11 @@ impl RunState {
     /// count wraps, after 16 million restarts of one actor.
     pub fn new_incarnation(&self) {
         self.0.fetch_add(1 << INCARNATION_SHIFT, Ordering::SeqCst);
+    }
+
+    /// Sets `bits`, returning the bits as they were before.
+    pub fn fetch_set(&self, bits: u32) -> u32 {
+        self.0.fetch_or(bits, Ordering::SeqCst)
     }
 
     pub fn clear(&self, bits: u32) {
