@@ -60,19 +60,56 @@ pub enum Immediate {}
 pub enum Awaiting {}
 
 /// Implemented for every actor that handles `M`, through [`Handler`] or
-/// [`AsyncHandler`]. Users never implement it; it is what `tell`, `ask` and
-/// `recipient` require.
+/// [`AsyncHandler`]. It is what `tell`, `ask` and `recipient` require.
+///
+/// Sealed: only the two blanket impls in this crate exist. Its consts pick
+/// the code that reads a message node back as a typed message, so an impl
+/// written by hand could make a node of one message type be read as
+/// another, undefined behaviour from safe code. Implement [`Handler`] or
+/// [`AsyncHandler`] instead; an impl of your own does not compile:
+///
+/// ```compile_fail,E0277
+/// use troubadour::prelude::*;
+/// use troubadour::{EnvelopeVTable, Handles, Immediate};
+///
+/// struct A;
+/// impl Actor for A {}
+/// struct Big([u8; 4096]);
+/// impl Message for Big { type Reply = (); }
+/// impl Handler<Big> for A {
+///     fn handle(&mut self, _: Big, _: &mut Context<Self>) {}
+/// }
+/// struct Small;
+/// impl Message for Small { type Reply = (); }
+///
+/// // Would make `tell(Small)` run `Big`'s handler on a `Small` node.
+/// enum Evil {}
+/// impl Handles<Small, Evil> for A {
+///     const VTABLE: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE;
+///     const VTABLE_ALONE: &'static EnvelopeVTable<A> =
+///         <A as Handles<Big, Immediate>>::VTABLE_ALONE;
+/// }
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not handle `{M}`",
     note = "implement `Handler<{M}>` (or `AsyncHandler<{M}>`) for `{Self}`"
 )]
-pub trait Handles<M: Message, K>: crate::Actor {
+pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
     #[doc(hidden)]
     const VTABLE: &'static EnvelopeVTable<Self>;
     /// For a node allocated alone (a stashed message).
     #[doc(hidden)]
     const VTABLE_ALONE: &'static EnvelopeVTable<Self>;
 }
+
+/// The seal of [`Handles`]: a public trait in a private module, so no
+/// crate outside this one can name it, let alone implement it.
+mod sealed {
+    pub trait Sealed<M, K> {}
+}
+
+impl<A: Handler<M>, M: Message> sealed::Sealed<M, Immediate> for A {}
+impl<A: AsyncHandler<M>, M: Message> sealed::Sealed<M, Awaiting> for A {}
 
 impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
