@@ -338,6 +338,13 @@ impl<A: Actor> ActorCell<A> {
         (*self.extras.get()).as_deref_mut()
     }
 
+    /// Shared access to the extras, for readers (`Context`'s `&self`
+    /// methods) that must not claim exclusive access.
+    #[inline]
+    pub(crate) unsafe fn extras_ref(&self) -> Option<&Extras<A>> {
+        (*self.extras.get()).as_deref()
+    }
+
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
