@@ -85,6 +85,13 @@ impl<A: Actor> Context<A> {
         }
     }
 
+    /// Which cell this context belongs to, as an address (the key of the
+    /// current reply slot, `envelope.rs`).
+    #[inline]
+    pub(crate) fn cell_addr(&self) -> *const () {
+        self.cell.as_ptr() as *const ()
+    }
+
     #[inline]
     fn cell(&self) -> &ActorCell<A> {
         // SAFETY: the cell owns this context and outlives it.
@@ -329,12 +336,18 @@ impl<A: Actor> Context<A> {
     /// value the current handler returns is discarded. (In an
     /// [`AsyncHandler`](crate::AsyncHandler) this holds for a stash before
     /// the handler's first `.await`.)
+    ///
+    /// The handler owns its message, so "the message being handled" is
+    /// the first message stashed by this handler whose type is the handled
+    /// message's type. A message of any other type is stashed without a
+    /// reply channel, even if its reply type is the same: the asker always
+    /// gets the reply of the message it asked.
     pub fn stash<M, K>(&mut self, msg: M)
     where
         M: Message,
         A: Handles<M, K>,
     {
-        let reply = take_current_reply::<M::Reply>();
+        let reply = take_current_reply::<M>(self.cell_addr());
         let env = envelope_alone::<A, M, K>(msg, reply);
         // SAFETY: the actor's own turn.
         unsafe { self.cell().extras().stash.push_back(env) };
