@@ -397,6 +397,41 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Whether an async handler of this actor is suspended (its future
+    /// holds the `&mut A`).
+    #[inline]
+    pub(crate) unsafe fn has_suspended(&self) -> bool {
+        self.extras_ref().is_some_and(|e| e.suspended.is_some())
+    }
+
+    /// For a `LocalActor`: waits on this thread until no async handler is
+    /// suspended, resuming it each time it is woken. Signals still act (a
+    /// stop drops the future), and a panic in it is caught and supervised
+    /// as in any turn.
+    #[cold]
+    pub(crate) unsafe fn finish_suspended(self: &Arc<Self>) {
+        // While we wait, the future's wake-ups must unpark this thread; the
+        // cell's own waker would only set `WOKEN` on a cell nobody else may
+        // run. Each poll hands the future the waker it is polled with.
+        let parker = Waker::from(Arc::new(crate::blocking::ThreadWaker(
+            std::thread::current(),
+        )));
+        let cell_waker = self.extras().waker.replace(parker);
+        while self.has_suspended() && self.phase() == Phase::Running {
+            // A poll without a wake-up is allowed, and the first one must
+            // happen whether or not the future was woken: it registers the
+            // parker.
+            self.run.set(WOKEN);
+            self.run_guarded(0);
+            if self.has_suspended() && self.phase() == Phase::Running {
+                std::thread::park();
+            }
+        }
+        if let Some(extras) = self.extras_opt() {
+            extras.waker = cell_waker;
+        }
+    }
+
     /// A waker that schedules this actor, made once per actor that awaits.
     pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
         let extras = self.extras();

@@ -6,7 +6,128 @@
 mod common;
 
 use common::LIVENESS;
+use tokio::sync::oneshot;
 use troubadour::prelude::*;
+
+// ---- LocalActor: a suspended async handler owns the state ---------------
+
+/// A counter whose `SlowIncr` reads the count, awaits a gate, and writes the
+/// count plus one: a read-modify-write across an `.await`, which is only
+/// correct if nothing else touches the state meanwhile.
+struct Tally {
+    n: u64,
+    gate: Option<oneshot::Receiver<()>>,
+}
+impl Actor for Tally {}
+
+struct SlowIncr;
+impl Message for SlowIncr {
+    type Reply = ();
+}
+impl AsyncHandler<SlowIncr> for Tally {
+    async fn handle(&mut self, _: SlowIncr, _: &mut Context<Self>) {
+        let before = self.n;
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+        self.n = before + 1;
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = u64;
+}
+impl Handler<Add> for Tally {
+    fn handle(&mut self, Add(k): Add, _: &mut Context<Self>) -> u64 {
+        self.n += k;
+        self.n
+    }
+}
+impl AsyncHandler<Add> for Tally {
+    async fn handle(&mut self, Add(k): Add, _: &mut Context<Self>) -> u64 {
+        self.n += k;
+        self.n
+    }
+}
+
+/// A `Tally` with its `SlowIncr` suspended on the gate inside `run_pending`.
+fn tally_suspended(system: &ActorSystem) -> (LocalActor<Tally>, oneshot::Sender<()>) {
+    let (open, gate) = oneshot::channel();
+    let mut local = LocalActor::new(
+        system,
+        Tally {
+            n: 0,
+            gate: Some(gate),
+        },
+    )
+    .unwrap();
+    local.actor_ref().unwrap().tell(SlowIncr).unwrap();
+    local.run_pending();
+    (local, open)
+}
+
+#[test]
+fn local_handle_waits_for_a_suspended_handler_instead_of_losing_its_update() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Woken, not yet resumed: the direct call must let it finish first.
+    open.send(()).unwrap();
+    assert_eq!(local.handle(Add(100)), Ok(101));
+    local.run_pending();
+    assert_eq!(local.actor().map(|t| t.n), Some(101));
+}
+
+#[test]
+fn local_handle_waits_for_a_handler_woken_from_another_thread() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Whether the gate opens before or while `handle` waits, the direct
+    // message is handled after the suspended one.
+    let opener = std::thread::spawn(move || open.send(()).unwrap());
+    assert_eq!(local.handle(Add(100)), Ok(101));
+    opener.join().unwrap();
+    assert_eq!(local.actor().map(|t| t.n), Some(101));
+}
+
+#[test]
+fn local_handle_async_waits_for_a_suspended_handler() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    open.send(()).unwrap();
+    assert_eq!(
+        local.handle_async::<Add>(Add(100)).map_err(|_| "stopped"),
+        Ok(101)
+    );
+}
+
+#[test]
+fn local_actor_state_is_not_lent_out_while_a_handler_is_suspended() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    assert!(
+        local.actor().is_none(),
+        "the suspended handler's future holds the state mutably"
+    );
+    open.send(()).unwrap();
+    local.run_pending();
+    assert_eq!(local.actor().map(|t| t.n), Some(1));
+}
+
+#[test]
+fn a_stop_while_suspended_ends_the_wait_of_a_direct_call() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Stopped from outside: the stop drops the suspended future, and the
+    // direct call that was going to wait for it finds the actor stopped.
+    local.actor_ref().unwrap().stop();
+    assert!(matches!(
+        local.handle(Add(1)),
+        Err(SendError::Stopped(Add(1)))
+    ));
+    drop(open);
+}
 
 // ---- Stash: the reply goes to the asker of the message that was asked ---
 
