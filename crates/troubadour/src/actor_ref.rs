@@ -12,9 +12,10 @@ use crate::cell::ActorCell;
 use crate::envelope::{envelope, Handles, ReplyTo};
 use crate::error::{AskError, SendError};
 use crate::exit::{ActorId, ExitReason};
+use crate::mailbox_bound::NoRoom;
 use crate::signal::{Signal, Watcher};
 use crate::system::SystemCore;
-use crate::timer::Deadline;
+use crate::timer::{Deadline, Expiry};
 use std::fmt;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -86,16 +87,40 @@ impl<A: Actor> ActorRef<A> {
     /// Takes room in a bounded mailbox.
     #[inline]
     fn take_permit<M>(&self, msg: M) -> Result<M, SendError<M>> {
-        if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
-            match sem.try_acquire() {
-                Ok(permit) => permit.forget(),
-                Err(tokio::sync::TryAcquireError::NoPermits) => return Err(SendError::Full(msg)),
-                Err(tokio::sync::TryAcquireError::Closed) => {
-                    return Err(SendError::Stopped(msg));
-                }
+        if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            match bound.take() {
+                Ok(()) => {}
+                Err(NoRoom::Full) => return Err(SendError::Full(msg)),
+                Err(NoRoom::Closed) => return Err(SendError::Stopped(msg)),
             }
         }
         Ok(msg)
+    }
+
+    /// Sends a system message (a monitor's `Down`, a trapped `Exited`): as
+    /// `tell`, but a bounded mailbox's bound does not apply (see
+    /// `mailbox_bound.rs`), so it is never refused while the actor lives.
+    pub(crate) fn tell_system<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
+        if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            if bound.take_for_system().is_err() {
+                self.cell
+                    .system
+                    .dead_letters
+                    .record(self.cell.id, std::any::type_name::<M>());
+                return Err(SendError::Stopped(msg));
+            }
+            if self.cell.closed_or_held() {
+                return self.send_rare::<M, K>(msg, None, true);
+            }
+            self.cell.enqueue(envelope::<A, M, K>(msg, None));
+            Ok(())
+        } else {
+            self.tell(msg)
+        }
     }
 
     /// The rare path of a send: to a stopped actor (a dead letter), or to
@@ -116,8 +141,8 @@ impl<A: Actor> ActorRef<A> {
         let name = std::any::type_name::<M>();
         let bound = self.cell.config.as_ref().and_then(|c| c.bound.as_ref());
         if self.cell.is_closed() {
-            if let (true, Some(sem)) = (has_room, bound) {
-                sem.add_permits(1);
+            if let (true, Some(bound)) = (has_room, bound) {
+                bound.free();
             }
             self.cell.system.dead_letters.record(self.cell.id, name);
             return Err(SendError::Stopped(msg));
@@ -177,10 +202,9 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handles<M, K>,
     {
-        if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
-            match sem.acquire().await {
-                Ok(permit) => permit.forget(),
-                Err(_) => return Err(SendError::Stopped(msg)),
+        if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            if bound.wait_for_room().await.is_err() {
+                return Err(SendError::Stopped(msg));
             }
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
@@ -257,8 +281,10 @@ impl<A: Actor> ActorRef<A> {
         self.cell.send_signal(Signal::Kill);
     }
 
-    /// Resolves with the exit reason when the actor stops
-    /// ([`ExitReason::NoProc`] if it already had).
+    /// Resolves with the exit reason when the actor stops, at once if it
+    /// already had (the reason it stopped for is remembered; Erlang would
+    /// answer `noproc`). [`ExitReason::NoProc`] only if the actor's end could
+    /// not be observed at all (its system was torn down first).
     pub fn wait_stopped(&self) -> impl Future<Output = ExitReason> + Send + 'static {
         let (tx, rx) = oneshot::channel();
         self.cell.send_signal(Signal::Watch(Watcher::Waiter(tx)));
@@ -318,8 +344,9 @@ impl<R> Future for Ask<R> {
         let deadline = this
             .sleep
             .get_or_insert_with(|| Deadline::start(system, timeout));
-        match deadline.poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(AskError::Timeout(timeout))),
+        match deadline.poll(system, cx) {
+            Poll::Ready(Expiry::Elapsed) => Poll::Ready(Err(AskError::Timeout(timeout))),
+            Poll::Ready(Expiry::SystemDown) => Poll::Ready(Err(AskError::SystemShutdown)),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -377,10 +404,20 @@ impl<M: Message> Recipient<M> {
     pub fn is_alive(&self) -> bool {
         self.sink.is_alive()
     }
+
+    /// Sends a system message, past a bounded mailbox's bound (see
+    /// [`ActorRef::tell_system`]).
+    pub(crate) fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {
+        self.sink.tell_system(msg)
+    }
 }
 
 trait Sink<M: Message>: Send + Sync {
     fn tell(&self, msg: M) -> Result<(), SendError<M>>;
+    /// A system message; only actors have a bound to bypass.
+    fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {
+        self.tell(msg)
+    }
     fn ask(&self, msg: M) -> Ask<M::Reply>;
     fn id(&self) -> ActorId;
     fn is_alive(&self) -> bool;
@@ -399,6 +436,9 @@ where
 {
     fn tell(&self, msg: M) -> Result<(), SendError<M>> {
         self.actor.tell(msg)
+    }
+    fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {
+        self.actor.tell_system(msg)
     }
     fn ask(&self, msg: M) -> Ask<M::Reply> {
         self.actor.ask(msg)

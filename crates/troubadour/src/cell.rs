@@ -63,7 +63,7 @@ pub(crate) enum AfterChildren {
 
 /// Immutable per-actor settings that producers read.
 pub(crate) struct CellConfig {
-    pub(crate) bound: Option<tokio::sync::Semaphore>,
+    pub(crate) bound: Option<crate::mailbox_bound::MailboxBound>,
     pub(crate) dedicated: Option<crossbeam_utils::sync::Unparker>,
 }
 
@@ -501,8 +501,8 @@ impl<A: Actor> ActorCell<A> {
             loop {
                 let env = match consumer.pop() {
                     Pop::Data(link) => {
-                        if let Some(sem) = bound {
-                            sem.add_permits(1);
+                        if let Some(bound) = bound {
+                            bound.free();
                         }
                         Envelope::from_link(link)
                     }
@@ -562,8 +562,8 @@ impl<A: Actor> ActorCell<A> {
     /// A node just taken from the mailbox: frees its bounded-mailbox slot.
     #[inline]
     fn popped(&self, link: *mut crate::mailbox::Link) -> *mut Envelope<A> {
-        if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-            sem.add_permits(1);
+        if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            bound.free();
         }
         Envelope::from_link(link)
     }

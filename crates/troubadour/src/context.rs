@@ -5,7 +5,7 @@ use crate::actor::{Actor, Handler, Message};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorCell, Phase, Request};
 use crate::envelope::{envelope, envelope_alone, take_current_reply, Handles, Immediate};
-use crate::error::SpawnError;
+use crate::error::{SendError, SpawnError};
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
 use crate::spawn::{spawn_actor, Source, SpawnOptions};
@@ -237,8 +237,15 @@ impl<A: Actor> Context<A> {
     }
 
     /// Watches `other`: when it stops, this actor receives [`Down`] with the
-    /// exit reason (at once, with [`ExitReason::NoProc`], if it has already
-    /// stopped).
+    /// exit reason. If it has already stopped, `Down` comes at once with the
+    /// reason it stopped for: troubadour remembers it, so a late monitor
+    /// learns what an early one did (Erlang answers `noproc` there, which
+    /// troubadour keeps for links to a dead actor).
+    ///
+    /// `Down` is a system message: it comes after every message `other` sent
+    /// this actor before it stopped (per-pair order, as in Erlang), and a
+    /// bounded mailbox takes it even when full, so it is never lost while
+    /// this actor lives.
     pub fn monitor<B: Actor>(&mut self, other: &ActorRef<B>)
     where
         A: Handler<Down>,
@@ -259,6 +266,12 @@ impl<A: Actor> Context<A> {
     /// of failing this actor (Erlang's `trap_exit`), whatever their reason,
     /// `Normal` and a linked actor's `Killed` included. Only
     /// [`ActorRef::kill`] of this actor itself is never trapped.
+    ///
+    /// Like [`Down`], an `Exited` keeps per-pair order: it comes after every
+    /// message the linked actor sent this one before it stopped, and a
+    /// bounded mailbox takes it even when full. An untrapped exit signal
+    /// stops this actor at once, with whatever is queued still unhandled
+    /// (as in Erlang, where the messages had arrived but were not received).
     pub fn trap_exits(&mut self, on: bool)
     where
         A: Handler<Exited>,
@@ -277,7 +290,12 @@ impl<A: Actor> Context<A> {
     }
 
     /// Sends `msg` to this actor after `delay`. The timer is cancelled when
-    /// the actor stops or restarts, or by [`TimerRef::cancel`].
+    /// the actor stops, fails or restarts, or by [`TimerRef::cancel`].
+    ///
+    /// The actor asked for this message itself, so a bounded mailbox that
+    /// is full when it falls due still takes it (over its bound, like a
+    /// `Down`): a timeout the actor relies on is never lost to its own
+    /// backlog.
     pub fn send_after<M, K>(&mut self, delay: Duration, msg: M) -> TimerRef
     where
         M: Message,
@@ -296,7 +314,7 @@ impl<A: Actor> Context<A> {
             None,
             Box::new(move || match (weak.upgrade(), msg.take()) {
                 (Some(cell), Some(m)) if cell.timer_is_current(incarnation) => {
-                    let _ = ActorRef::from_cell(cell).tell(m);
+                    let _ = ActorRef::from_cell(cell).tell_system(m);
                     Fired::Sent
                 }
                 _ => Fired::Stale,
@@ -305,7 +323,12 @@ impl<A: Actor> Context<A> {
     }
 
     /// Sends a clone of `msg` to this actor every `period`, first after one
-    /// period, until cancelled or the actor stops or restarts.
+    /// period, until cancelled or the actor stops, fails or restarts.
+    ///
+    /// A tick that finds a bounded mailbox full is skipped and counted as a
+    /// dead letter; the interval goes on (momentary backpressure is not a
+    /// cancellation, and a slow actor does not pile up ticks over its
+    /// bound). On an unbounded mailbox every tick is sent.
     pub fn send_interval<M, K>(&mut self, period: Duration, msg: M) -> TimerRef
     where
         M: Message + Clone,
@@ -319,8 +342,17 @@ impl<A: Actor> Context<A> {
             Some(period),
             Box::new(move || match weak.upgrade() {
                 Some(cell) if cell.timer_is_current(incarnation) => {
-                    match ActorRef::from_cell(cell).tell(msg.clone()) {
+                    let actor = ActorRef::from_cell(cell);
+                    match actor.tell(msg.clone()) {
                         Ok(()) => Fired::SentAgain,
+                        Err(SendError::Full(_)) => {
+                            let cell = actor.cell();
+                            cell.system
+                                .dead_letters
+                                .record(cell.id, std::any::type_name::<M>());
+                            Fired::SentAgain
+                        }
+                        // Stopped: nothing left to tick for.
                         Err(_) => Fired::Sent,
                     }
                 }

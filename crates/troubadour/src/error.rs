@@ -72,6 +72,11 @@ pub enum AskError {
     /// The actor stopped, was restarted or panicked after taking the request
     /// and before replying.
     NoReply,
+    /// The actor system shut down while the reply was awaited (or before),
+    /// and with it the clock the timeout runs on: no reply will come. An
+    /// actor stuck past the shutdown deadline ends here rather than in its
+    /// timeout.
+    SystemShutdown,
 }
 
 impl fmt::Display for AskError {
@@ -87,6 +92,11 @@ impl fmt::Display for AskError {
             AskError::NoReply => write!(
                 f,
                 "ask failed: the actor stopped, restarted or panicked before replying"
+            ),
+            AskError::SystemShutdown => write!(
+                f,
+                "ask failed: the actor system has shut down, so no reply will come; \
+                 ask before calling `shutdown` (or dropping the system)"
             ),
         }
     }

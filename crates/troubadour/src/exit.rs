@@ -78,7 +78,9 @@ pub enum ExitReason {
     /// A supervisor gave up: its children failed more often than its
     /// intensity allows. Carries the last child's reason.
     RestartLimit(Arc<ExitReason>),
-    /// The actor was already gone when it was monitored or linked.
+    /// The actor was already gone when it was linked (Erlang's `noproc`).
+    /// A monitor or `wait_stopped` of a stopped actor gets the reason it
+    /// stopped for instead: that is remembered.
     NoProc,
 }
 

@@ -188,8 +188,8 @@ impl<A: Actor> Held<A> {
     /// A bounded mailbox's room was taken at the send; give it back for a
     /// message that will never enter the mailbox.
     fn return_permit(&self) {
-        if let Some(sem) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
-            sem.add_permits(1);
+        if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
+            bound.free();
         }
     }
 }

@@ -48,8 +48,11 @@
 //!   [`AskError::NoReply`] as soon as the actor stops or fails.
 //! * A panic fails only its actor; its supervisor restarts it or escalates
 //!   ([`supervision`]).
-//! * Control signals (stop, kill, exit signals, supervision) overtake queued
-//!   user messages.
+//! * Control signals (stop, kill, untrapped exit signals, supervision)
+//!   overtake queued user messages. What a monitor or a trapped link
+//!   delivers as a message ([`Down`], [`Exited`]) keeps per-pair order: it
+//!   comes after the messages the stopped actor sent before it stopped, and
+//!   a bounded mailbox never refuses it.
 //!
 //! ## Map
 //!
@@ -75,6 +78,7 @@ mod error;
 mod exit;
 mod in_flight;
 mod mailbox;
+mod mailbox_bound;
 mod node_id;
 mod nodes;
 mod registry;

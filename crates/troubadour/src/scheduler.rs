@@ -50,8 +50,10 @@ use crossbeam_utils::sync::{Parker, Unparker};
 use crossbeam_utils::CachePadded;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 #[cfg(loom)]
 pub use idle::Idle;
@@ -107,6 +109,10 @@ thread_local! {
 pub(crate) struct Scheduler {
     shared: Arc<Shared>,
     threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Disconnects when the last worker thread has ended: each worker holds
+    /// a sender until it returns (or unwinds), so shutdown can wait for the
+    /// workers with a deadline, which `JoinHandle::join` cannot.
+    exits: Mutex<Option<Receiver<()>>>,
     tokio: tokio::runtime::Handle,
     /// `Some` for a manually driven scheduler (no worker threads; see
     /// [`Scheduler::manual`]): the actors that are ready to run.
@@ -152,12 +158,15 @@ impl Scheduler {
             crash_reports,
         });
         let mut handles = Vec::with_capacity(threads);
+        let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();
         let queues = deques.into_iter().zip(yielded);
         for (index, ((deque, yielded), parker)) in queues.zip(parkers).enumerate() {
             let (worker_shared, worker_tokio) = (shared.clone(), tokio.clone());
+            let exit = exit_tx.clone();
             let spawned = std::thread::Builder::new()
                 .name(format!("troubadour-worker-{index}"))
                 .spawn(move || {
+                    let _exit = exit;
                     let _runtime = worker_tokio.enter();
                     run_worker(worker_shared, index, deque, yielded, parker)
                 });
@@ -165,21 +174,25 @@ impl Scheduler {
                 Ok(h) => handles.push(h),
                 Err(e) => {
                     // Stop the workers already started before reporting.
+                    drop(exit_tx);
                     let partial = Scheduler {
                         shared,
                         threads: Mutex::new(handles),
+                        exits: Mutex::new(Some(exit_rx)),
                         tokio,
                         manual: None,
                         current: AtomicU64::new(0),
                     };
-                    partial.shutdown();
+                    partial.shutdown(None);
                     return Err(e);
                 }
             }
         }
+        drop(exit_tx);
         Ok(Scheduler {
             shared,
             threads: Mutex::new(handles),
+            exits: Mutex::new(Some(exit_rx)),
             tokio,
             manual: None,
             current: AtomicU64::new(0),
@@ -211,6 +224,7 @@ impl Scheduler {
                 crash_reports,
             }),
             threads: Mutex::new(Vec::new()),
+            exits: Mutex::new(None),
             tokio,
             manual: Some(Mutex::new(Vec::new())),
             current: AtomicU64::new(0),
@@ -334,18 +348,40 @@ impl Scheduler {
     }
 
     /// Stops the workers after the queues are no longer needed.
-    pub(crate) fn shutdown(&self) {
+    /// Stops the workers and waits for them until `give_up_at` (`None`: for
+    /// as long as it takes). A worker still inside a handler then (a handler
+    /// blocked in a system call, or looping) is left behind, detached: a
+    /// thread cannot be stopped from outside, and a shutdown must keep its
+    /// deadline. It ends by itself when the handler returns. Returns how
+    /// many workers were left behind.
+    pub(crate) fn shutdown(&self, give_up_at: Option<Instant>) -> usize {
         self.shared.shutdown.store(true, Ordering::SeqCst);
         for u in &self.shared.unparkers {
             u.unpark();
         }
         if self.is_worker_thread() {
             // Joining ourselves would deadlock; the workers exit on their own.
-            return;
+            return 0;
+        }
+        let exits = self.exits.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(exits), Some(until)) = (exits, give_up_at) {
+            // Only disconnection ends this: no worker ever sends.
+            while let Err(RecvTimeoutError::Timeout) =
+                exits.recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                if Instant::now() >= until {
+                    break;
+                }
+            }
         }
         let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut left_behind = 0;
         for h in handles {
-            let _ = h.join();
+            if give_up_at.is_none() || h.is_finished() {
+                let _ = h.join();
+            } else {
+                left_behind += 1;
+            }
         }
         // Whatever is still queued will never run; release it so actors'
         // memory (and the dead letters of their mailboxes) is reclaimed.
@@ -356,6 +392,7 @@ impl Scheduler {
         if let Some(manual) = &self.manual {
             manual.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
+        left_behind
     }
 }
 

@@ -111,7 +111,7 @@ pub(crate) fn spawn_actor<A: Actor>(
     };
     let bound = match options.mailbox.unwrap_or(core.config.default_mailbox) {
         Mailbox::Unbounded => None,
-        Mailbox::Bounded(n) => Some(tokio::sync::Semaphore::new(n.max(1))),
+        Mailbox::Bounded(n) => Some(crate::mailbox_bound::MailboxBound::new(n)),
     };
     // A manually scheduled system (simulation) runs everything on one
     // thread, blocking actors included.

@@ -18,7 +18,7 @@ use crate::timer::{Sleep, Timers};
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 pub(crate) struct Config {
@@ -36,6 +36,10 @@ pub(crate) struct SystemCore {
     pub(crate) config: Config,
     pub(crate) tokio: tokio::runtime::Handle,
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    /// False once the system's own tokio runtime has shut down. Timers on
+    /// it (ask timeouts, sleeps) read it under the read lock before polling,
+    /// because polling a tokio timer of a shut-down runtime panics.
+    pub(crate) tokio_alive: RwLock<bool>,
     node: NodeId,
     /// The node's index, shifted into the high bits every id of this system
     /// carries.
@@ -407,6 +411,8 @@ impl SystemHandle {
     /// [`virtual_time`](ActorSystemBuilder::virtual_time) (where it is what
     /// a simulated [`AsyncHandler`](crate::AsyncHandler) should await
     /// instead of `tokio::time::sleep`). The wait starts at the first poll.
+    /// Once the system has shut down there is no clock left to wait on: the
+    /// sleep then ends at once.
     ///
     /// ```
     /// use std::time::Duration;
@@ -639,6 +645,7 @@ impl ActorSystemBuilder {
             },
             tokio,
             own_runtime: Mutex::new(own),
+            tokio_alive: RwLock::new(true),
             node,
             id_base: u64::from(index) << SERIAL_BITS,
             next_id: AtomicU64::new(1),
@@ -704,8 +711,12 @@ impl ActorSystem {
     /// Stops every actor, children before parents, waiting up to `deadline`.
     /// Pending `ask`s end with [`AskError::NoReply`](crate::AskError::NoReply)
     /// and later spawns fail with [`SpawnError::SystemShutdown`]. Actors
-    /// still running at the deadline are killed and reported. Calling it
-    /// again is harmless.
+    /// still running at the deadline are killed and reported. The deadline
+    /// holds even for a handler that never returns (blocked in a system
+    /// call, looping): its worker thread is left behind, detached, and ends
+    /// when the handler does; asks still waiting then end with
+    /// [`AskError::SystemShutdown`](crate::AskError::SystemShutdown).
+    /// Calling it again is harmless.
     pub fn shutdown(&self, deadline: Duration) -> Result<(), ShutdownError> {
         let core = &self.handle.core;
         if core.shutting_down.swap(true, Ordering::AcqRel) {
@@ -736,11 +747,17 @@ impl ActorSystem {
                 .wait_all_stopped(Instant::now() + Duration::from_millis(100));
         }
         core.timers.shutdown();
-        core.scheduler.shutdown();
+        // The deadline holds even for a handler that never returns: its
+        // worker is left behind rather than joined (and counted above,
+        // since its actor could not stop).
+        core.scheduler
+            .shutdown(Some(Instant::now() + Duration::from_millis(100)));
         core.guardian.clear();
         core.registry.clear();
         core.dead_letters.clear();
         if let Some(rt) = core.own_runtime.lock().ok().and_then(|mut r| r.take()) {
+            let mut alive = core.tokio_alive.write().unwrap_or_else(|p| p.into_inner());
+            *alive = false;
             rt.shutdown_background();
         }
         if left > 0 {

@@ -26,7 +26,7 @@ use std::cmp::Ordering as CmpOrdering;
 use std::collections::BinaryHeap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread::JoinHandle;
@@ -65,52 +65,106 @@ impl TimerRef {
 pub(crate) enum Deadline {
     Real(Pin<Box<tokio::time::Sleep>>),
     Virtual(Arc<Alarm>, TimerRef),
+    /// The system had shut down when the wait began: there is no clock to
+    /// wait on.
+    Down,
 }
 
-/// Rung by the virtual clock's timer when an ask's time is up.
+/// How a [`Deadline`] ended.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Expiry {
+    /// Its time is up.
+    Elapsed,
+    /// The system shut down first and took its clock with it (its own tokio
+    /// runtime, or the virtual clock's timers): the time will never be up.
+    SystemDown,
+}
+
+const WAITING: u8 = 0;
+const RUNG: u8 = 1;
+const ABANDONED: u8 = 2;
+
+/// Rung by the virtual clock's timer when an ask's time is up, or
+/// abandoned when the timer is dropped unfired (the timers shut down).
 #[derive(Default)]
 pub(crate) struct Alarm {
-    rung: AtomicBool,
+    state: AtomicU8,
     waker: Mutex<Option<Waker>>,
+}
+
+impl Alarm {
+    fn set(&self, to: u8) {
+        if self
+            .state
+            .compare_exchange(WAITING, to, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            let waker = self.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
+            if let Some(w) = waker {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// The timer's hold on an [`Alarm`]: rings it when fired, abandons it when
+/// dropped unfired, so a waiter never waits on a timer that is gone.
+struct Ringer(Arc<Alarm>);
+
+impl Drop for Ringer {
+    fn drop(&mut self) {
+        self.0.set(ABANDONED);
+    }
 }
 
 impl Deadline {
     pub(crate) fn start(system: &SystemCore, timeout: Duration) -> Deadline {
         if !system.timers.is_virtual() {
+            let alive = system.tokio_alive.read().unwrap_or_else(|p| p.into_inner());
+            if !*alive {
+                return Deadline::Down;
+            }
             // Inside the system's runtime so this works from any executor
             // or a plain thread.
             let _guard = system.tokio.enter();
             return Deadline::Real(Box::pin(tokio::time::sleep(timeout)));
         }
         let alarm = Arc::new(Alarm::default());
-        let ring = alarm.clone();
+        let ringer = Ringer(alarm.clone());
         let timer = system.timers.schedule(
             timeout,
             None,
             Box::new(move || {
-                ring.rung.store(true, Ordering::Release);
-                let waker = ring.waker.lock().unwrap_or_else(|p| p.into_inner()).take();
-                if let Some(w) = waker {
-                    w.wake();
-                }
+                ringer.0.set(RUNG);
                 Fired::Sent
             }),
         );
         Deadline::Virtual(alarm, timer)
     }
 
-    pub(crate) fn poll(&mut self, cx: &mut TaskContext<'_>) -> Poll<()> {
+    pub(crate) fn poll(&mut self, system: &SystemCore, cx: &mut TaskContext<'_>) -> Poll<Expiry> {
         match self {
-            Deadline::Real(sleep) => sleep.as_mut().poll(cx),
+            Deadline::Real(sleep) => {
+                // Polling a tokio timer whose runtime has shut down panics
+                // inside tokio; the read lock keeps the system's own runtime
+                // from shutting down during the poll (`shutdown` takes the
+                // write lock).
+                let alive = system.tokio_alive.read().unwrap_or_else(|p| p.into_inner());
+                if !*alive {
+                    return Poll::Ready(Expiry::SystemDown);
+                }
+                sleep.as_mut().poll(cx).map(|()| Expiry::Elapsed)
+            }
             Deadline::Virtual(alarm, _) => {
                 // Register before checking, so a ring in between is not missed.
                 *alarm.waker.lock().unwrap_or_else(|p| p.into_inner()) = Some(cx.waker().clone());
-                if alarm.rung.load(Ordering::Acquire) {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
+                match alarm.state.load(Ordering::Acquire) {
+                    WAITING => Poll::Pending,
+                    RUNG => Poll::Ready(Expiry::Elapsed),
+                    _ => Poll::Ready(Expiry::SystemDown),
                 }
             }
+            Deadline::Down => Poll::Ready(Expiry::SystemDown),
         }
     }
 }
@@ -153,9 +207,12 @@ impl Future for Sleep {
         let (system, duration) = (&this.system, this.duration);
         // Armed at the first poll (tokio's `sleep` counts from its creation
         // instead): a sleep created early and awaited late waits in full.
+        // On a system that has shut down it ends at once (documented on
+        // `SystemHandle::sleep`).
         this.deadline
             .get_or_insert_with(|| Deadline::start(system, duration))
-            .poll(cx)
+            .poll(system, cx)
+            .map(|_| ())
     }
 }
 
@@ -294,6 +351,14 @@ impl Timers {
         let state = Arc::new(AtomicU8::new(ACTIVE));
         let earliest = {
             let mut wheel = self.lock();
+            if wheel.shutdown {
+                // Nothing will ever fire it; the action (and what it holds)
+                // goes now.
+                drop(wheel);
+                drop(action);
+                state.store(DONE, Ordering::Release);
+                return TimerRef { state };
+            }
             let at = wheel.virtual_now.unwrap_or_else(Instant::now) + delay;
             wheel.seq += 1;
             let seq = wheel.seq;
@@ -335,10 +400,12 @@ impl Timers {
     }
 
     pub(crate) fn shutdown(&self) {
-        if let Ok(mut w) = self.shared.wheel.lock() {
+        let unfired = self.shared.wheel.lock().map(|mut w| {
             w.shutdown = true;
-            w.heap.clear();
-        }
+            std::mem::take(&mut w.heap)
+        });
+        // Dropped outside the lock: dropping an ask's alarm wakes its task.
+        drop(unfired);
         self.shared.changed.notify_all();
         if let Some(h) = self.thread.lock().ok().and_then(|mut t| t.take()) {
             if h.thread().id() != std::thread::current().id() {
@@ -410,6 +477,7 @@ fn fire(shared: &Shared, mut entry: Entry, now: Instant) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
     use std::sync::mpsc;
 
     /// On the virtual clock, so the order is decided by deadlines alone

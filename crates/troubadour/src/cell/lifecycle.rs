@@ -94,9 +94,16 @@ impl<A: Actor> ActorCell<A> {
         // reason `killed` is trappable by linked processes).
         if extras.trap_exits {
             if let Some(make) = extras.exited_vtable {
-                // Trapped exits become ordinary messages, ahead of the
-                // mailbox like every signal.
-                extras.replay.push_back(make(Exited { id: from, reason }));
+                // A trapped exit becomes a message at the mailbox's tail:
+                // behind everything the dead actor sent before it died
+                // (Erlang orders all signals between a pair of processes),
+                // and past a bounded mailbox's bound, as a system message.
+                let exited = make(Exited { id: from, reason });
+                if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                    // Cannot be closed: we are running, not stopped.
+                    let _ = bound.take_for_system();
+                }
+                self.enqueue(exited);
                 return;
             }
         }
@@ -120,6 +127,10 @@ impl<A: Actor> ActorCell<A> {
         }
         if self.restartable(&reason) && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
         {
+            // Timers armed so far go stale now, not at the restart: the
+            // supervisor may take a while to decide, and ticks sent
+            // meanwhile would reach the next incarnation.
+            self.run.new_incarnation();
             self.set_phase(Phase::Failed);
             self.tell_parent(Signal::ChildFailed {
                 id: self.id,
@@ -243,9 +254,9 @@ impl<A: Actor> ActorCell<A> {
                 .dead_letters
                 .record(self.id, Envelope::discard(env));
         }
-        if let Some(sem) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+        if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
             // Wakes senders waiting for room: they get `Stopped`.
-            sem.close();
+            bound.close();
         }
         self.drain_mailbox();
         for w in watchers {
@@ -372,7 +383,9 @@ impl<A: Actor> ActorCell<A> {
 fn deliver_down(w: Watcher, id: ActorId, reason: ExitReason) {
     match w {
         Watcher::Actor { down, .. } => {
-            let _ = down.tell(Down { id, reason });
+            // A system message: past the watcher's bound, never dropped
+            // while it lives (a stopped watcher counts a dead letter).
+            let _ = down.tell_system(Down { id, reason });
         }
         Watcher::Waiter(tx) => {
             let _ = tx.send(reason);
