@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 
-struct ThreadWaker(Thread);
+/// Wakes a thread parked in [`block_on`] (or in `LocalActor`'s wait for a
+/// suspended handler).
+pub(crate) struct ThreadWaker(pub(crate) Thread);
 
 impl Wake for ThreadWaker {
     fn wake(self: Arc<Self>) {

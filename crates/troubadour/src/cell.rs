@@ -350,6 +350,13 @@ impl<A: Actor> ActorCell<A> {
         (*self.extras.get()).as_deref_mut()
     }
 
+    /// Shared access to the extras, for readers (`Context`'s `&self`
+    /// methods) that must not claim exclusive access.
+    #[inline]
+    pub(crate) unsafe fn extras_ref(&self) -> Option<&Extras<A>> {
+        (*self.extras.get()).as_deref()
+    }
+
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
@@ -417,6 +424,41 @@ impl<A: Actor> ActorCell<A> {
                 tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
                 Some(ExitReason::Panicked(panic_message(&*payload)))
             }
+        }
+    }
+
+    /// Whether an async handler of this actor is suspended (its future
+    /// holds the `&mut A`).
+    #[inline]
+    pub(crate) unsafe fn has_suspended(&self) -> bool {
+        self.extras_ref().is_some_and(|e| e.suspended.is_some())
+    }
+
+    /// For a `LocalActor`: waits on this thread until no async handler is
+    /// suspended, resuming it each time it is woken. Signals still act (a
+    /// stop drops the future), and a panic in it is caught and supervised
+    /// as in any turn.
+    #[cold]
+    pub(crate) unsafe fn finish_suspended(self: &Arc<Self>) {
+        // While we wait, the future's wake-ups must unpark this thread; the
+        // cell's own waker would only set `WOKEN` on a cell nobody else may
+        // run. Each poll hands the future the waker it is polled with.
+        let parker = Waker::from(Arc::new(crate::blocking::ThreadWaker(
+            std::thread::current(),
+        )));
+        let cell_waker = self.extras().waker.replace(parker);
+        while self.has_suspended() && self.phase() == Phase::Running {
+            // A poll without a wake-up is allowed, and the first one must
+            // happen whether or not the future was woken: it registers the
+            // parker.
+            self.run.set(WOKEN);
+            self.run_guarded(0);
+            if self.has_suspended() && self.phase() == Phase::Running {
+                std::thread::park();
+            }
+        }
+        if let Some(extras) = self.extras_opt() {
+            extras.waker = cell_waker;
         }
     }
 

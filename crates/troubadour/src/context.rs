@@ -20,6 +20,30 @@ use std::time::{Duration, Instant};
 ///
 /// It is a pointer to the actor's cell; methods act on the actor's own turn,
 /// so none of them races with message handling.
+///
+/// A context may move to another thread with the `&mut` a handler holds
+/// (it is `Send`: an [`AsyncHandler`](crate::AsyncHandler)'s future keeps
+/// it), but it is not `Sync`: it reads state only the actor's turn may
+/// touch, so threads a handler starts cannot share it. As in Akka, where
+/// the `ActorContext` is not thread-safe. Hand them what they need
+/// instead ([`myself`](Self::myself), [`system`](Self::system), ids):
+///
+/// ```compile_fail,E0277
+/// use troubadour::prelude::*;
+/// struct Fan;
+/// impl Actor for Fan {}
+/// struct Go;
+/// impl Message for Go { type Reply = (); }
+/// impl Handler<Go> for Fan {
+///     fn handle(&mut self, _: Go, ctx: &mut Context<Self>) {
+///         let ctx = &*ctx;
+///         std::thread::scope(|s| {
+///             s.spawn(|| ctx.children());
+///             s.spawn(|| ctx.stashed());
+///         });
+///     }
+/// }
+/// ```
 pub struct Context<A: Actor> {
     cell: NonNull<ActorCell<A>>,
     /// Set by calls that change what the turn must do next (stop, fail,
@@ -28,10 +52,14 @@ pub struct Context<A: Actor> {
     dirty: bool,
 }
 
-// SAFETY: a context is only used by the thread running its actor's turn
-// (or by that actor's suspended future, which is polled only there).
+// SAFETY: a context is used by one thread at a time: the thread running
+// its actor's turn, a thread it lent the `&mut Context` to for the length
+// of the handler (a scoped thread), or the actor's suspended future, which
+// only the holder of the turn polls. Not `Sync`: `&self` methods read
+// consumer-only state of the cell, which two threads must not do while
+// the turn could write it, and nothing keeps a shared `&Context` handed
+// to another thread within the turn.
 unsafe impl<A: Actor> Send for Context<A> {}
-unsafe impl<A: Actor> Sync for Context<A> {}
 
 impl<A: Actor> Context<A> {
     pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
@@ -55,6 +83,13 @@ impl<A: Actor> Context<A> {
             cell: self.cell,
             dirty: false,
         }
+    }
+
+    /// Which cell this context belongs to, as an address (the key of the
+    /// current reply slot, `envelope.rs`).
+    #[inline]
+    pub(crate) fn cell_addr(&self) -> *const () {
+        self.cell.as_ptr() as *const ()
     }
 
     #[inline]
@@ -177,7 +212,7 @@ impl<A: Actor> Context<A> {
         // SAFETY: the actor's own turn.
         unsafe {
             self.cell()
-                .extras_opt()
+                .extras_ref()
                 .map(|e| e.children.keys().copied().collect())
                 .unwrap_or_default()
         }
@@ -339,12 +374,18 @@ impl<A: Actor> Context<A> {
     /// value the current handler returns is discarded. (In an
     /// [`AsyncHandler`](crate::AsyncHandler) this holds for a stash before
     /// the handler's first `.await`.)
+    ///
+    /// The handler owns its message, so "the message being handled" is
+    /// the first message stashed by this handler whose type is the handled
+    /// message's type. A message of any other type is stashed without a
+    /// reply channel, even if its reply type is the same: the asker always
+    /// gets the reply of the message it asked.
     pub fn stash<M, K>(&mut self, msg: M)
     where
         M: Message,
         A: Handles<M, K>,
     {
-        let reply = take_current_reply::<M::Reply>();
+        let reply = take_current_reply::<M>(self.cell_addr());
         let env = envelope_alone::<A, M, K>(msg, reply);
         // SAFETY: the actor's own turn.
         unsafe { self.cell().extras().stash.push_back(env) };
@@ -365,10 +406,11 @@ impl<A: Actor> Context<A> {
     /// How many messages are stashed.
     pub fn stashed(&self) -> usize {
         // SAFETY: the actor's own turn.
-        unsafe { self.cell().extras_opt().map_or(0, |e| e.stash.len()) }
+        unsafe { self.cell().extras_ref().map_or(0, |e| e.stash.len()) }
     }
 
-    pub(crate) fn waker(&self) -> Waker {
+    /// `&mut self`: it may allocate the cell's waker in its extras.
+    pub(crate) fn waker(&mut self) -> Waker {
         // SAFETY: the actor's own turn.
         unsafe { self.arc().waker() }
     }

@@ -36,6 +36,16 @@ use std::sync::Arc;
 /// [`run_pending`](Self::run_pending) or [`spawn`](Self::spawn). A panic in
 /// a directly called handler propagates to the caller, as any function
 /// call's would. Dropping it without spawning stops the actor (hooks run).
+///
+/// One message at a time holds here too. A queued message's
+/// [`AsyncHandler`] that awaits inside `run_pending` stays suspended, with
+/// the actor's state borrowed by its future, until it is woken and resumed
+/// (by a later `run_pending`, or by the workers after `spawn`). Meanwhile
+/// [`handle`](Self::handle) and [`handle_async`](Self::handle_async) first
+/// wait on this thread for that handler to finish, so the direct message is
+/// handled after it, and [`actor`](Self::actor) returns `None`. If what the
+/// suspended handler waits for can only happen on this thread, that wait
+/// never ends: resume it with `run_pending` instead.
 pub struct LocalActor<A: Actor> {
     cell: Option<Arc<ActorCell<A>>>,
     system: SystemHandle,
@@ -61,6 +71,21 @@ impl<A: Actor> LocalActor<A> {
         })
     }
 
+    /// Before a direct call: lets a suspended async handler finish, so that
+    /// the call gets the only `&mut A` (one message at a time).
+    #[inline]
+    fn finish_suspended(&mut self) {
+        if let Some(cell) = &self.cell {
+            // SAFETY: we hold the consumer role.
+            if unsafe { cell.has_suspended() } {
+                let _tokio = self.system.tokio_handle().enter();
+                let _reports = self.crash_reports();
+                // SAFETY: as above.
+                unsafe { cell.finish_suspended() };
+            }
+        }
+    }
+
     #[inline]
     fn live_cell(&self) -> Option<&Arc<ActorCell<A>>> {
         // SAFETY: we hold the consumer role.
@@ -70,13 +95,16 @@ impl<A: Actor> LocalActor<A> {
     }
 
     /// Handles `msg` now, on this thread, and returns the reply. Fails with
-    /// [`SendError::Stopped`] once the actor has stopped itself.
+    /// [`SendError::Stopped`] once the actor has stopped itself. If a queued
+    /// async handler is suspended, waits for it to finish first (see the
+    /// type's docs).
     #[inline]
     pub fn handle<M>(&mut self, msg: M) -> Result<M::Reply, SendError<M>>
     where
         M: Message,
         A: Handler<M>,
     {
+        self.finish_suspended();
         let Some(cell) = self.live_cell() else {
             return Err(SendError::Stopped(msg));
         };
@@ -91,12 +119,14 @@ impl<A: Actor> LocalActor<A> {
     }
 
     /// Handles `msg` with an async handler, blocking this thread until the
-    /// handler's future completes.
+    /// handler's future completes (after a suspended one, as for
+    /// [`handle`](Self::handle)).
     pub fn handle_async<M>(&mut self, msg: M) -> Result<M::Reply, SendError<M>>
     where
         M: Message,
         A: AsyncHandler<M>,
     {
+        self.finish_suspended();
         let Some(cell) = self.live_cell() else {
             return Err(SendError::Stopped(msg));
         };
@@ -132,10 +162,17 @@ impl<A: Actor> LocalActor<A> {
         crate::crash_report::actor_thread(self.system.core().scheduler.crash_reports())
     }
 
-    /// The actor's state, while it has not stopped.
+    /// The actor's state, while it has not stopped and no async handler is
+    /// suspended in it (the suspended handler's future holds the state
+    /// mutably; `run_pending` resumes it).
     pub fn actor(&self) -> Option<&A> {
-        // SAFETY: we hold the consumer role; shared access only.
-        self.live_cell().map(|c| unsafe { &*c.actor_mut() })
+        // SAFETY: we hold the consumer role, and no suspended future holds
+        // a `&mut A`; shared access only, for as long as `&self` lives,
+        // which keeps every `&mut self` method (that could run a handler)
+        // away.
+        self.live_cell()
+            .filter(|c| unsafe { !c.has_suspended() })
+            .map(|c| unsafe { &*c.actor_mut() })
     }
 
     /// A reference others can send to; messages queue until

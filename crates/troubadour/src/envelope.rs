@@ -60,19 +60,56 @@ pub enum Immediate {}
 pub enum Awaiting {}
 
 /// Implemented for every actor that handles `M`, through [`Handler`] or
-/// [`AsyncHandler`]. Users never implement it; it is what `tell`, `ask` and
-/// `recipient` require.
+/// [`AsyncHandler`]. It is what `tell`, `ask` and `recipient` require.
+///
+/// Sealed: only the two blanket impls in this crate exist. Its consts pick
+/// the code that reads a message node back as a typed message, so an impl
+/// written by hand could make a node of one message type be read as
+/// another, undefined behaviour from safe code. Implement [`Handler`] or
+/// [`AsyncHandler`] instead; an impl of your own does not compile:
+///
+/// ```compile_fail,E0277
+/// use troubadour::prelude::*;
+/// use troubadour::{EnvelopeVTable, Handles, Immediate};
+///
+/// struct A;
+/// impl Actor for A {}
+/// struct Big([u8; 4096]);
+/// impl Message for Big { type Reply = (); }
+/// impl Handler<Big> for A {
+///     fn handle(&mut self, _: Big, _: &mut Context<Self>) {}
+/// }
+/// struct Small;
+/// impl Message for Small { type Reply = (); }
+///
+/// // Would make `tell(Small)` run `Big`'s handler on a `Small` node.
+/// enum Evil {}
+/// impl Handles<Small, Evil> for A {
+///     const VTABLE: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE;
+///     const VTABLE_ALONE: &'static EnvelopeVTable<A> =
+///         <A as Handles<Big, Immediate>>::VTABLE_ALONE;
+/// }
+/// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` does not handle `{M}`",
     note = "implement `Handler<{M}>` (or `AsyncHandler<{M}>`) for `{Self}`"
 )]
-pub trait Handles<M: Message, K>: crate::Actor {
+pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
     #[doc(hidden)]
     const VTABLE: &'static EnvelopeVTable<Self>;
     /// For a node allocated alone (a stashed message).
     #[doc(hidden)]
     const VTABLE_ALONE: &'static EnvelopeVTable<Self>;
 }
+
+/// The seal of [`Handles`]: a public trait in a private module, so no
+/// crate outside this one can name it, let alone implement it.
+mod sealed {
+    pub trait Sealed<M, K> {}
+}
+
+impl<A: Handler<M>, M: Message> sealed::Sealed<M, Immediate> for A {}
+impl<A: AsyncHandler<M>, M: Message> sealed::Sealed<M, Awaiting> for A {}
 
 impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
@@ -294,44 +331,76 @@ unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>) -> &'static str
 // channel along with the message and the reply is sent when the stashed
 // message is finally handled. A thread-local instead of a field of the
 // context keeps the slot out of memory the handler borrows mutably.
-thread_local! {
-    static CURRENT_REPLY: Cell<(*mut (), Option<TypeId>)> = const { Cell::new((std::ptr::null_mut(), None)) };
+//
+// The slot is keyed by the cell being run and by the type of the message
+// being handled, not by the reply type: a handler that stashes some other
+// message whose reply type happens to match must not hand that message
+// the asker's channel, nor may another actor's handler run on this thread
+// inside this one (a `LocalActor`) take it. Guards nest: a turn run inside
+// a handler puts back the outer slot when it ends.
+#[derive(Clone, Copy)]
+struct ReplySlot {
+    /// `*mut Option<ReplyTo<M::Reply>>`; null when no `ask` is handled.
+    slot: *mut (),
+    /// The cell whose handler runs (`Context::cell_addr`).
+    cell: *const (),
+    /// `TypeId` of `M`, the message being handled.
+    msg: Option<TypeId>,
 }
 
-struct ReplySlotGuard;
+impl ReplySlot {
+    const NONE: ReplySlot = ReplySlot {
+        slot: std::ptr::null_mut(),
+        cell: std::ptr::null(),
+        msg: None,
+    };
+}
+
+thread_local! {
+    static CURRENT_REPLY: Cell<ReplySlot> = const { Cell::new(ReplySlot::NONE) };
+}
+
+/// Restores the slot that was current before it, also while unwinding from
+/// a panicking handler, so the slot never dangles into the next message.
+struct ReplySlotGuard {
+    outer: ReplySlot,
+}
 
 impl ReplySlotGuard {
-    fn set<R: Send + 'static>(slot: &mut Option<ReplyTo<R>>) -> Self {
-        CURRENT_REPLY.with(|c| {
-            c.set((
-                slot as *mut Option<ReplyTo<R>> as *mut (),
-                Some(TypeId::of::<R>()),
-            ))
-        });
-        ReplySlotGuard
+    fn set<M: Message>(cell: *const (), slot: &mut Option<ReplyTo<M::Reply>>) -> Self {
+        let current = ReplySlot {
+            slot: slot as *mut Option<ReplyTo<M::Reply>> as *mut (),
+            cell,
+            msg: Some(TypeId::of::<M>()),
+        };
+        ReplySlotGuard {
+            outer: CURRENT_REPLY.with(|c| c.replace(current)),
+        }
     }
 }
 
 impl Drop for ReplySlotGuard {
-    // Also runs while unwinding from a panicking handler, so the slot never
-    // dangles into the next message.
     fn drop(&mut self) {
-        CURRENT_REPLY.with(|c| c.set((std::ptr::null_mut(), None)));
+        let outer = self.outer;
+        CURRENT_REPLY.with(|c| c.set(outer));
     }
 }
 
-/// Takes the reply channel of the message being handled, if it is an `ask`
-/// whose reply type is `R`.
-pub(crate) fn take_current_reply<R: Send + 'static>() -> Option<ReplyTo<R>> {
+/// Takes the reply channel of the message `cell`'s handler is handling, if
+/// that message is an `ask` of type `M` and its channel is still there.
+pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<M::Reply>> {
     CURRENT_REPLY.with(|c| {
-        let (ptr, ty) = c.get();
-        if ptr.is_null() || ty != Some(TypeId::of::<R>()) {
+        let current = c.get();
+        if current.slot.is_null() || current.cell != cell || current.msg != Some(TypeId::of::<M>())
+        {
             return None;
         }
-        // SAFETY: the pointer was set by `ReplySlotGuard::set` for a slot of
-        // exactly this type (checked by TypeId) that outlives the guard, and
-        // the guard clears it before the frame returns.
-        unsafe { (*(ptr as *mut Option<ReplyTo<R>>)).take() }
+        // SAFETY: the pointer was set by `ReplySlotGuard::set::<M>` (same
+        // `TypeId`, so the slot's type is `Option<ReplyTo<M::Reply>>`) for
+        // a slot in the dispatch frame that outlives the guard, and the
+        // guard takes it out of the thread-local before that frame returns.
+        // The frame does not touch the slot while the handler runs.
+        unsafe { (*(current.slot as *mut Option<ReplyTo<M::Reply>>)).take() }
     })
 }
 
@@ -351,7 +420,7 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
             A::handle(actor, msg, ctx);
         }
         Some(_) => {
-            let guard = ReplySlotGuard::set(&mut reply);
+            let guard = ReplySlotGuard::set::<M>(ctx.cell_addr(), &mut reply);
             let out = A::handle(actor, msg, ctx);
             drop(guard);
             // `None` here means the handler stashed the message with its
@@ -373,6 +442,7 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
     #[cfg(feature = "tracing")]
     let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
     let waker = ctx.waker();
+    let cell_addr = ctx.cell_addr();
     // SAFETY (lifetime extension): the future borrows the actor, which lives
     // inside the actor's cell at a fixed address. While the future is
     // pending the cell hands out no other reference to the actor: no user
@@ -387,7 +457,7 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
         A::handle(actor, msg, &mut ctx).await
     });
     let polled = {
-        let _guard = ReplySlotGuard::set(&mut reply);
+        let _guard = ReplySlotGuard::set::<M>(cell_addr, &mut reply);
         fut.as_mut()
             .poll(&mut std::task::Context::from_waker(&waker))
     };

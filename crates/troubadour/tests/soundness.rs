@@ -1,0 +1,232 @@
+//! Safe code cannot break the runtime's promises: one message at a time per
+//! actor also for direct dispatch (`LocalActor`) with a suspended async
+//! handler, and a stashed message never takes another message's reply
+//! channel. Small enough for Miri (`scripts/test` runs this file under it).
+
+mod common;
+
+use common::LIVENESS;
+use tokio::sync::oneshot;
+use troubadour::prelude::*;
+
+// ---- LocalActor: a suspended async handler owns the state ---------------
+
+/// A counter whose `SlowIncr` reads the count, awaits a gate, and writes the
+/// count plus one: a read-modify-write across an `.await`, which is only
+/// correct if nothing else touches the state meanwhile.
+struct Tally {
+    n: u64,
+    gate: Option<oneshot::Receiver<()>>,
+}
+impl Actor for Tally {}
+
+struct SlowIncr;
+impl Message for SlowIncr {
+    type Reply = ();
+}
+impl AsyncHandler<SlowIncr> for Tally {
+    async fn handle(&mut self, _: SlowIncr, _: &mut Context<Self>) {
+        let before = self.n;
+        if let Some(gate) = self.gate.take() {
+            let _ = gate.await;
+        }
+        self.n = before + 1;
+    }
+}
+
+#[derive(Debug, PartialEq)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = u64;
+}
+impl Handler<Add> for Tally {
+    fn handle(&mut self, Add(k): Add, _: &mut Context<Self>) -> u64 {
+        self.n += k;
+        self.n
+    }
+}
+impl AsyncHandler<Add> for Tally {
+    async fn handle(&mut self, Add(k): Add, _: &mut Context<Self>) -> u64 {
+        self.n += k;
+        self.n
+    }
+}
+
+/// A `Tally` with its `SlowIncr` suspended on the gate inside `run_pending`.
+fn tally_suspended(system: &ActorSystem) -> (LocalActor<Tally>, oneshot::Sender<()>) {
+    let (open, gate) = oneshot::channel();
+    let mut local = LocalActor::new(
+        system,
+        Tally {
+            n: 0,
+            gate: Some(gate),
+        },
+    )
+    .unwrap();
+    local.actor_ref().unwrap().tell(SlowIncr).unwrap();
+    local.run_pending();
+    (local, open)
+}
+
+#[test]
+fn local_handle_waits_for_a_suspended_handler_instead_of_losing_its_update() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Woken, not yet resumed: the direct call must let it finish first.
+    open.send(()).unwrap();
+    assert_eq!(local.handle(Add(100)), Ok(101));
+    local.run_pending();
+    assert_eq!(local.actor().map(|t| t.n), Some(101));
+}
+
+#[test]
+fn local_handle_waits_for_a_handler_woken_from_another_thread() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Whether the gate opens before or while `handle` waits, the direct
+    // message is handled after the suspended one.
+    let opener = std::thread::spawn(move || open.send(()).unwrap());
+    assert_eq!(local.handle(Add(100)), Ok(101));
+    opener.join().unwrap();
+    assert_eq!(local.actor().map(|t| t.n), Some(101));
+}
+
+#[test]
+fn local_handle_async_waits_for_a_suspended_handler() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    open.send(()).unwrap();
+    assert_eq!(
+        local.handle_async::<Add>(Add(100)).map_err(|_| "stopped"),
+        Ok(101)
+    );
+}
+
+#[test]
+fn local_actor_state_is_not_lent_out_while_a_handler_is_suspended() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    assert!(
+        local.actor().is_none(),
+        "the suspended handler's future holds the state mutably"
+    );
+    open.send(()).unwrap();
+    local.run_pending();
+    assert_eq!(local.actor().map(|t| t.n), Some(1));
+}
+
+#[test]
+fn a_stop_while_suspended_ends_the_wait_of_a_direct_call() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    // Stopped from outside: the stop drops the suspended future, and the
+    // direct call that was going to wait for it finds the actor stopped.
+    local.actor_ref().unwrap().stop();
+    assert!(matches!(
+        local.handle(Add(1)),
+        Err(SendError::Stopped(Add(1)))
+    ));
+    drop(open);
+}
+
+// ---- Stash: the reply goes to the asker of the message that was asked ---
+
+/// Answers `Get` at once, but defers a `Compute` it owes until `Open`.
+struct Store {
+    open: bool,
+}
+impl Actor for Store {}
+
+struct Get;
+impl Message for Get {
+    type Reply = u32;
+}
+impl Handler<Get> for Store {
+    fn handle(&mut self, _: Get, ctx: &mut Context<Self>) -> u32 {
+        if !self.open {
+            // Another message with the same reply type: it must not take
+            // the reply channel of this `ask(Get)`.
+            ctx.stash(Compute(7000));
+        }
+        42
+    }
+}
+
+struct Compute(u32);
+impl Message for Compute {
+    type Reply = u32;
+}
+impl Handler<Compute> for Store {
+    fn handle(&mut self, Compute(n): Compute, _: &mut Context<Self>) -> u32 {
+        n
+    }
+}
+
+struct Open;
+impl Message for Open {
+    type Reply = usize;
+}
+impl Handler<Open> for Store {
+    fn handle(&mut self, _: Open, ctx: &mut Context<Self>) -> usize {
+        self.open = true;
+        let n = ctx.stashed();
+        ctx.unstash_all();
+        n
+    }
+}
+
+#[test]
+fn stashing_another_message_with_the_same_reply_type_keeps_the_askers_reply() {
+    let system = ActorSystem::new();
+    let store = system.spawn(Store { open: false }).unwrap();
+    let get = store.ask(Get);
+    assert_eq!(store.ask(Open).timeout(LIVENESS).wait(), Ok(1));
+    assert_eq!(get.timeout(LIVENESS).wait(), Ok(42));
+    // The stashed `Compute` was handled (as a tell: nobody asked it).
+    assert_eq!(store.ask(Compute(5)).timeout(LIVENESS).wait(), Ok(5));
+}
+
+/// Stashes `Work` while closed, like `mailbox_stash.rs`'s `Lazy`, but first
+/// runs a `LocalActor`'s queued `ask` on the same thread: an inner turn in
+/// the middle of the handler.
+struct Nested {
+    open: bool,
+}
+impl Actor for Nested {}
+
+struct Work(u32);
+impl Message for Work {
+    type Reply = u32;
+}
+impl Handler<Work> for Nested {
+    fn handle(&mut self, Work(n): Work, ctx: &mut Context<Self>) -> u32 {
+        if self.open {
+            return n * 10;
+        }
+        let system = ctx.system();
+        let mut inner = LocalActor::new(&system, Store { open: true }).unwrap();
+        let inner_reply = inner.actor_ref().unwrap().ask(Compute(1));
+        inner.run_pending();
+        drop(inner_reply);
+        // The inner turn is over; this handler's `ask` is current again.
+        ctx.stash(Work(n));
+        0 // discarded: the reply goes out when the stashed `Work` is handled
+    }
+}
+impl Handler<Open> for Nested {
+    fn handle(&mut self, _: Open, ctx: &mut Context<Self>) -> usize {
+        self.open = true;
+        let n = ctx.stashed();
+        ctx.unstash_all();
+        n
+    }
+}
+
+#[test]
+fn a_turn_nested_in_a_handler_does_not_take_the_handlers_reply_slot() {
+    let system = ActorSystem::new();
+    let nested = system.spawn(Nested { open: false }).unwrap();
+    let work = nested.ask(Work(7));
+    assert_eq!(nested.ask(Open).timeout(LIVENESS).wait(), Ok(1));
+    assert_eq!(work.timeout(LIVENESS).wait(), Ok(70));
+}
