@@ -221,16 +221,15 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// A send to a held actor: the node goes to the system's outbox, or
+    /// A send to a held actor: the node goes to the system's divert, or
     /// straight in once the system is shutting down (nobody will deliver
     /// it any more).
     pub(crate) fn hold(self: &Arc<Self>, env: *mut Envelope<A>, message: &'static str, ask: bool) {
         let core = &self.system;
-        match core.outbox() {
-            Some(outbox) if !core.is_shutting_down() => {
+        match core.divert() {
+            Some(divert) if !core.is_shutting_down() => {
                 let from = core.scheduler.current_actor();
-                let held = InFlight::new(from, self.clone(), env, message, ask);
-                outbox.lock().unwrap_or_else(|p| p.into_inner()).push(held);
+                divert.divert(InFlight::new(from, self.clone(), env, message, ask));
             }
             _ => self.enqueue(env),
         }

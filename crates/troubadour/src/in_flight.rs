@@ -1,24 +1,22 @@
-//! Messages held between send and delivery, for a simulation to deliver in
-//! an order (and with faults) of its choosing.
+//! Messages held between send and delivery: what a [`Divert`] receives.
 //!
-//! On a system built with
-//! [`hold_messages`](crate::ActorSystemBuilder::hold_messages), every actor
-//! carries the `HELD` bit, so `tell` and `ask` take their rare path: the
-//! message node is built as usual but, instead of entering the mailbox, it
-//! becomes an [`InFlight`] in the system's outbox. Whoever drives the system
-//! (the test kit's simulation) takes the outbox with
-//! [`SystemHandle::take_in_flight`](crate::SystemHandle::take_in_flight)
-//! and later delivers each message, or injects a fault at its place.
+//! On a system with a divert (`divert.rs`; `hold_messages` installs the
+//! built-in outbox), every actor carries the `HELD` bit, so `tell` and `ask`
+//! take their rare path: the message node is built as usual but, instead of
+//! entering the mailbox, it becomes an [`InFlight`] handed to the divert,
+//! which later delivers it, injects a fault at its place, or loses it.
 //!
-//! Systems without the switch never see this module: the check is folded
-//! into the `CLOSED` test `tell` already makes, so the common path has no
-//! extra instruction.
+//! Systems without one never see this module: the check is folded into the
+//! `CLOSED` test `tell` already makes, so the common path has no extra
+//! instruction.
 //!
-//! This is also where the network layer plugs in: a remote message will be
-//! an `InFlight` whose target is a connection instead of a cell, and the
+//! The network layer plugs in here too: a remote message will be an
+//! `InFlight` whose target is a connection instead of a cell, and the
 //! faults a network adds (drop, duplicate, partition) are decisions about
 //! `InFlight`s. Duplicating needs the message's bytes, so it will exist only
 //! for remote messages.
+//!
+//! [`Divert`]: crate::divert::Divert
 
 use crate::actor::Actor;
 use crate::cell::ActorCell;

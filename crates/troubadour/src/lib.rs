@@ -75,6 +75,7 @@ mod context;
 mod crash_report;
 mod dead_letters;
 mod direct;
+pub mod divert;
 mod envelope;
 mod error;
 mod exit;

@@ -5,6 +5,7 @@ use crate::actor::{Actor, Message};
 use crate::actor_ref::{ActorRef, Recipient};
 use crate::crash_report::{self, CrashReports};
 use crate::dead_letters::{DeadLetter, DeadLetters};
+use crate::divert::{Divert, Outbox};
 use crate::error::{BuildError, RegistryError, ShutdownError, SpawnError, TimeError};
 use crate::exit::{ActorId, ExitReason};
 use crate::in_flight::InFlight;
@@ -42,9 +43,11 @@ pub(crate) struct SystemCore {
     id_base: u64,
     next_id: AtomicU64,
     shutting_down: AtomicBool,
-    /// `Some` on a system built with `hold_messages`: sends not yet
-    /// delivered, in the order they were made.
-    outbox: Option<Mutex<Vec<InFlight>>>,
+    /// Where sends go instead of mailboxes (`divert.rs`), if anywhere.
+    divert: Option<Arc<dyn Divert>>,
+    /// The divert when it is the built-in outbox of `hold_messages`, for
+    /// `take_in_flight` and for delivering what it holds at shutdown.
+    outbox: Option<Arc<Outbox>>,
 }
 
 impl Clock for SystemCore {
@@ -58,11 +61,11 @@ impl Clock for SystemCore {
 
 impl SystemCore {
     pub(crate) fn holds_messages(&self) -> bool {
-        self.outbox.is_some()
+        self.divert.is_some()
     }
 
-    pub(crate) fn outbox(&self) -> Option<&Mutex<Vec<InFlight>>> {
-        self.outbox.as_ref()
+    pub(crate) fn divert(&self) -> Option<&dyn Divert> {
+        self.divert.as_deref()
     }
 
     /// A new actor id (see [`ActorId`] for the layout). Serials start at 1,
@@ -414,10 +417,11 @@ impl SystemHandle {
     /// On a system built with
     /// [`hold_messages`](ActorSystemBuilder::hold_messages): every message
     /// sent since the last call, in the order sent, for the caller to
-    /// deliver. Empty on other systems.
+    /// deliver. Empty on other systems (a custom
+    /// [`divert`](ActorSystemBuilder::divert) keeps its own).
     pub fn take_in_flight(&self) -> Vec<InFlight> {
-        match self.core.outbox() {
-            Some(outbox) => std::mem::take(&mut *outbox.lock().unwrap_or_else(|p| p.into_inner())),
+        match &self.core.outbox {
+            Some(outbox) => outbox.take(),
             None => Vec::new(),
         }
     }
@@ -479,7 +483,8 @@ pub struct ActorSystemBuilder {
     tokio: Option<tokio::runtime::Handle>,
     virtual_time: bool,
     manual_scheduling: bool,
-    hold_messages: bool,
+    divert: Option<Arc<dyn Divert>>,
+    outbox: Option<Arc<Outbox>>,
     crash_reports: CrashReports,
     guardian_strategy: SupervisorStrategy,
 }
@@ -495,7 +500,8 @@ impl Default for ActorSystemBuilder {
             tokio: None,
             virtual_time: false,
             manual_scheduling: false,
-            hold_messages: false,
+            divert: None,
+            outbox: None,
             crash_reports: CrashReports::default(),
             guardian_strategy: SupervisorStrategy::default(),
         }
@@ -582,7 +588,21 @@ impl ActorSystemBuilder {
     /// a system without it pays nothing for it. Once the system shuts down,
     /// sends go straight to mailboxes again.
     pub fn hold_messages(mut self) -> Self {
-        self.hold_messages = true;
+        let outbox = Arc::new(Outbox::default());
+        self.divert = Some(outbox.clone());
+        self.outbox = Some(outbox);
+        self
+    }
+
+    /// Hands every `tell`, `ask` and graceful stop to `divert` instead of
+    /// the mailbox: the seam for extensions that stand between senders and
+    /// actors (a simulated network, the remote layer). See
+    /// [`divert`](crate::divert). Replaces
+    /// [`hold_messages`](Self::hold_messages), which is this with the
+    /// built-in [`Outbox`].
+    pub fn divert(mut self, divert: impl Divert) -> Self {
+        self.divert = Some(Arc::new(divert));
+        self.outbox = None;
         self
     }
 
@@ -695,7 +715,8 @@ impl ActorSystemBuilder {
             id_base: u64::from(index) << SERIAL_BITS,
             next_id: AtomicU64::new(1),
             shutting_down: AtomicBool::new(false),
-            outbox: self.hold_messages.then(|| Mutex::new(Vec::new())),
+            divert: self.divert,
+            outbox: self.outbox,
         });
         Ok(ActorSystem {
             handle: SystemHandle { core },
