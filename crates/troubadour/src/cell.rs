@@ -23,7 +23,7 @@ use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
 use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, WOKEN};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
-use crate::supervision::{Restart, RestartLog};
+use crate::supervision::{Restart, RestartLog, RestartPlan};
 use crate::system::SystemCore;
 
 mod lifecycle;
@@ -45,6 +45,9 @@ pub(crate) enum Phase {
     Failed,
     /// Waiting for its children to stop before finishing a stop or restart.
     Draining,
+    /// Terminated by its supervisor for a one-for-all or rest-for-one
+    /// restart: no instance, takes no user message, waits for `StartNow`.
+    Parked,
     Stopped,
 }
 
@@ -59,6 +62,8 @@ pub(crate) enum Request {
 pub(crate) enum AfterChildren {
     Stop(ExitReason),
     Restart(ExitReason),
+    /// Park for a restart step (`Signal::StopForRestart`).
+    Park,
 }
 
 /// Immutable per-actor settings that producers read.
@@ -86,6 +91,8 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) suspended: Option<Suspended>,
     pub(crate) waker: Option<Waker>,
     pub(crate) restarts: RestartLog,
+    /// A one-for-all or rest-for-one restart of its children under way.
+    pub(crate) plan: Option<Box<RestartPlan<Arc<dyn ControlHandle>>>>,
     pub(crate) then: Option<AfterChildren>,
     pub(crate) requested_reason: Option<ExitReason>,
     pub(crate) exit_reason: Option<ExitReason>,
@@ -107,6 +114,7 @@ impl<A: Actor> Default for Extras<A> {
             suspended: None,
             waker: None,
             restarts: RestartLog::default(),
+            plan: None,
             then: None,
             requested_reason: None,
             exit_reason: None,
@@ -441,7 +449,7 @@ impl<A: Actor> ActorCell<A> {
                 self.drain_closed();
                 return false;
             }
-            Phase::Failed | Phase::Draining | Phase::Starting => return false,
+            Phase::Failed | Phase::Draining | Phase::Parked | Phase::Starting => return false,
             Phase::Running => {
                 // A request left by a direct call (`LocalActor`).
                 if *self.request.get() != Request::None && !self.after_user_code() {

@@ -365,6 +365,8 @@ type Slot<T> = Arc<std::sync::Mutex<Vec<T>>>;
 struct Sup {
     strategy: SupervisorStrategy,
     names: Vec<&'static str>,
+    /// Of `names`, those spawned from a value (temporary children).
+    temporary: Vec<&'static str>,
     log: Sender<String>,
     kids: Slot<ActorRef<Worker>>,
 }
@@ -374,7 +376,12 @@ impl Actor for Sup {
         let mut kids = self.kids.lock().unwrap();
         kids.clear();
         for &name in &self.names {
-            kids.push(ctx.spawn_with(worker(name, &self.log)).unwrap());
+            let kid = if self.temporary.contains(&name) {
+                ctx.spawn(worker(name, &self.log)())
+            } else {
+                ctx.spawn_with(worker(name, &self.log))
+            };
+            kids.push(kid.unwrap());
         }
         let _ = self.log.send("sup started".into());
     }
@@ -406,6 +413,7 @@ fn sup(strategy: SupervisorStrategy, names: &[&'static str], log: &Sender<String
     Sup {
         strategy,
         names: names.to_vec(),
+        temporary: vec![],
         log: log.clone(),
         kids: Arc::default(),
     }
@@ -600,4 +608,138 @@ fn the_guardian_refuses_strategies_other_than_one_for_one() {
             Strategy::OneForAll
         ))
     ));
+}
+
+// ---- 5. one-for-all and rest-for-one restart in OTP's order ---------------
+
+/// Starts a supervisor of `names` and returns its children once started.
+fn supervise(
+    strategy: Strategy,
+    names: &[&'static str],
+    temporary: &[&'static str],
+) -> (
+    ActorSystem,
+    common::Log,
+    ActorRef<Sup>,
+    Vec<ActorRef<Worker>>,
+) {
+    let system = ActorSystem::builder().worker_threads(4).build();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            temporary: temporary.to_vec(),
+            ..sup(SupervisorStrategy::new(strategy), names, &tx)
+        })
+        .unwrap();
+    rx.until("sup started");
+    let kids = kids(&slot);
+    rx.drain();
+    (system, rx, s, kids)
+}
+
+fn next_events(rx: &common::Log, n: usize) -> Vec<String> {
+    (0..n).map(|_| rx.next()).collect()
+}
+
+#[test]
+fn one_for_all_terminates_in_reverse_start_order_then_starts_in_start_order() {
+    let (_system, rx, _sup, kids) = supervise(Strategy::OneForAll, &["a", "b", "c"], &[]);
+    kids[1].tell(Fail).unwrap();
+    // Each step finishes before the next begins, so the log has one order.
+    assert_eq!(
+        next_events(&rx, 7),
+        vec![
+            "b failing",
+            "c before_restart",
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started",
+            "c started",
+        ]
+    );
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    assert!(rx.drain().is_empty());
+}
+
+#[test]
+fn rest_for_one_restarts_the_failed_child_and_later_ones_in_otp_order() {
+    let (_system, rx, _sup, kids) = supervise(Strategy::RestForOne, &["a", "b", "c", "d"], &[]);
+    kids[1].tell(Fail).unwrap();
+    assert_eq!(
+        next_events(&rx, 7),
+        vec![
+            "b failing",
+            "d before_restart",
+            "c before_restart",
+            "b before_restart",
+            "b started",
+            "c started",
+            "d started",
+        ]
+    );
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    // "a" came before the failed child: untouched.
+    assert!(rx.drain().is_empty());
+}
+
+#[test]
+fn one_for_all_stops_a_temporary_sibling_instead_of_restarting_it() {
+    let (_system, rx, s, kids) = supervise(Strategy::OneForAll, &["a", "t", "c"], &["t"]);
+    kids[0].tell(Fail).unwrap();
+    assert_eq!(
+        next_events(&rx, 6),
+        vec![
+            "a failing",
+            "c before_restart",
+            "t stopped",
+            "a before_restart",
+            "a started",
+            "c started",
+        ]
+    );
+    assert!(
+        !kids[1].is_alive(),
+        "a temporary child is not restarted (OTP)"
+    );
+    assert_eq!(kids[0].ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(kids[2].ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn a_failure_during_a_one_for_all_restart_is_decided_after_it() {
+    let (_system, rx, s, kids) = supervise(Strategy::OneForAll, &["a", "b"], &[]);
+    // Hold the supervisor so that both failures reach it together.
+    let (gate, blocked) = std::sync::mpsc::channel();
+    let held = s.ask(Block(blocked)).timeout(LIVENESS);
+    rx.until("sup blocked");
+    kids[0].tell(Fail).unwrap();
+    rx.until("a failing");
+    kids[1].tell(Fail).unwrap();
+    rx.until("b failing");
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    // One restart of both: "b" was terminated by it, so its own failure is
+    // answered and not a second restart.
+    assert_eq!(
+        next_events(&rx, 4),
+        vec![
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started"
+        ]
+    );
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    assert!(rx.drain().is_empty());
 }
