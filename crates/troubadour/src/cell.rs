@@ -21,7 +21,9 @@ use crate::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
 use crate::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
-use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, WOKEN};
+use crate::run_state::{
+    Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, TOP_LEVEL, WOKEN,
+};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::supervision::{Restart, RestartLog, RestartPlan};
 use crate::system::SystemCore;
@@ -80,6 +82,9 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) parent: Option<Arc<dyn ControlHandle>>,
     /// Ordered by id, which is spawn order (rest-for-one relies on it).
     pub(crate) children: BTreeMap<ActorId, Arc<dyn ControlHandle>>,
+    /// Children told to stop for good (`terminate_child`): a failure they
+    /// report meanwhile is not restarted.
+    pub(crate) terminating: Vec<ActorId>,
     pub(crate) links: Vec<Arc<dyn ControlHandle>>,
     pub(crate) watchers: Vec<Watcher>,
     pub(crate) trap_exits: bool,
@@ -103,6 +108,7 @@ impl<A: Actor> Default for Extras<A> {
         Extras {
             parent: None,
             children: BTreeMap::new(),
+            terminating: Vec::new(),
             links: Vec::new(),
             watchers: Vec::new(),
             trap_exits: false,
@@ -175,8 +181,13 @@ impl<A: Actor> ActorCell<A> {
         extras: Option<Box<Extras<A>>>,
     ) -> Arc<Self> {
         let held = if system.holds_messages() { HELD } else { 0 };
+        let top = if extras.as_ref().is_none_or(|e| e.parent.is_none()) {
+            TOP_LEVEL
+        } else {
+            0
+        };
         Arc::new(ActorCell {
-            run: RunState::new(SCHEDULED | held),
+            run: RunState::new(SCHEDULED | held | top),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(true),
@@ -316,6 +327,11 @@ impl<A: Actor> ActorCell<A> {
 
     pub(crate) fn mark_named(&self) {
         self.run.set(NAMED);
+    }
+
+    /// Supervised by the guardian (and not owned by a `LocalActor`).
+    pub(crate) fn is_top_level(&self) -> bool {
+        self.run.load() & (TOP_LEVEL | DETACHED) == TOP_LEVEL
     }
 
     // ---- consumer side -------------------------------------------------

@@ -5,7 +5,7 @@ use crate::actor::{Actor, Handler, Message};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorCell, Phase, Request};
 use crate::envelope::{envelope, envelope_alone, take_current_reply, Handles, Immediate};
-use crate::error::SpawnError;
+use crate::error::{SpawnError, TerminateError};
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
 use crate::spawn::{spawn_actor, Source, SpawnOptions};
@@ -164,6 +164,33 @@ impl<A: Actor> Context<A> {
         factory: impl FnMut() -> B + Send + 'static,
     ) -> Result<ActorRef<B>, SpawnError> {
         self.spawn_child(options, Source::Factory(Box::new(factory)))
+    }
+
+    /// Stops `child` for good, whatever its restart type (OTP's
+    /// `supervisor:terminate_child`): it stops with
+    /// [`ExitReason::Shutdown`] after its current message (its stop hooks
+    /// run, its own children stop first) and is not restarted, also if it
+    /// fails meanwhile. Returns at once; await
+    /// [`ActorRef::wait_stopped`] to know when it is gone. Unlike OTP, the
+    /// child is then forgotten: there is no child specification to restart
+    /// it from later; spawn a new one.
+    ///
+    /// Fails with [`TerminateError::NotAChild`] if `child` is not a live
+    /// child of this actor. [`ActorRef::stop`] instead is a normal exit,
+    /// after which a [`Restart::Permanent`](crate::Restart::Permanent)
+    /// child is restarted.
+    pub fn terminate_child<B: Actor>(&mut self, child: &ActorRef<B>) -> Result<(), TerminateError> {
+        let id = child.id();
+        // SAFETY: the actor's own turn.
+        let extras = unsafe { self.cell().extras() };
+        if !extras.children.contains_key(&id) {
+            return Err(TerminateError::NotAChild(id));
+        }
+        if !extras.terminating.contains(&id) {
+            extras.terminating.push(id);
+        }
+        child.cell().send_signal(Signal::Stop(ExitReason::Shutdown));
+        Ok(())
     }
 
     /// Ids of the live children, in spawn order.

@@ -37,6 +37,9 @@ pub const EXITED_NORMAL: u32 = 1 << 5;
 /// Sends to this actor are held in flight for a simulation to deliver (see
 /// `in_flight.rs`). Set at creation, never changed.
 pub const HELD: u32 = 1 << 6;
+/// Supervised by the system's guardian (a top-level actor). Set at creation
+/// or when a `LocalActor` is spawned, never cleared.
+pub const TOP_LEVEL: u32 = 1 << 7;
 /// The bits above this count the actor's incarnations (a restart or a stop
 /// starts a new one), so a timer armed by an earlier incarnation can tell
 /// it is stale without the actor keeping a list of its timers.

@@ -20,9 +20,12 @@ pub(crate) enum Watcher {
 }
 
 pub(crate) enum Signal {
-    /// Stop after the current message. `Normal` from `stop()`, `Shutdown`
-    /// from a parent or the system.
+    /// Stop after the current message, for good: from a parent (`Shutdown`),
+    /// from the system, `terminate_child` or `SystemHandle::terminate`.
     Stop(ExitReason),
+    /// `ActorRef::stop`: a normal exit, like the actor's own `ctx.stop()`,
+    /// so a `Permanent` actor is restarted by its supervisor (OTP).
+    RequestStop,
     /// Stop now; untrappable.
     Kill,
     /// A linked actor stopped.

@@ -743,3 +743,168 @@ fn a_failure_during_a_one_for_all_restart_is_decided_after_it() {
     }
     assert!(rx.drain().is_empty());
 }
+
+// ---- 15. a permanent child stopped from outside is restarted --------------
+
+/// Spawns children on request and terminates them on request.
+struct Parent {
+    log: Sender<String>,
+}
+impl Actor for Parent {}
+
+struct SpawnChild(&'static str, Restart);
+impl Message for SpawnChild {
+    type Reply = ActorRef<Worker>;
+}
+impl Handler<SpawnChild> for Parent {
+    fn handle(
+        &mut self,
+        SpawnChild(name, restart): SpawnChild,
+        ctx: &mut Context<Self>,
+    ) -> ActorRef<Worker> {
+        ctx.spawn_factory_with_options(
+            SpawnOptions::new().restart(restart),
+            worker(name, &self.log),
+        )
+        .unwrap()
+    }
+}
+
+struct TerminateChild(ActorRef<Worker>);
+impl Message for TerminateChild {
+    type Reply = Result<(), troubadour::TerminateError>;
+}
+impl Handler<TerminateChild> for Parent {
+    fn handle(
+        &mut self,
+        TerminateChild(child): TerminateChild,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), troubadour::TerminateError> {
+        ctx.terminate_child(&child)
+    }
+}
+
+struct Children;
+impl Message for Children {
+    type Reply = Vec<ActorId>;
+}
+impl Handler<Children> for Parent {
+    fn handle(&mut self, _: Children, ctx: &mut Context<Self>) -> Vec<ActorId> {
+        ctx.children()
+    }
+}
+
+fn parent_with(restart: Restart) -> (ActorSystem, common::Log, ActorRef<Parent>, ActorRef<Worker>) {
+    let system = ActorSystem::new();
+    let (tx, rx) = log();
+    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let child = parent
+        .ask(SpawnChild("a", restart))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    rx.until("a started");
+    (system, rx, parent, child)
+}
+
+#[test]
+fn a_permanent_child_stopped_with_actor_ref_stop_is_restarted() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    child.stop();
+    // OTP: a permanent child is restarted after any exit, a normal one too.
+    assert_eq!(rx.next(), "a before_restart");
+    assert_eq!(rx.next(), "a started");
+    assert_eq!(child.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(vec![child.id()])
+    );
+}
+
+#[test]
+fn a_transient_child_stopped_with_actor_ref_stop_stays_stopped() {
+    let (_system, rx, parent, child) = parent_with(Restart::Transient);
+    let wait = child.wait_stopped();
+    child.stop();
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Normal));
+    assert_eq!(rx.next(), "a stopped");
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(Vec::<ActorId>::new())
+    );
+}
+
+#[test]
+fn terminate_child_stops_a_permanent_child_for_good() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    let wait = child.wait_stopped();
+    let done = parent
+        .ask(TerminateChild(child.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(done, Ok(Ok(())));
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
+    assert_eq!(rx.next(), "a stopped");
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(Vec::<ActorId>::new())
+    );
+    assert!(rx.drain().is_empty(), "not restarted");
+    // No longer its child.
+    let again = parent
+        .ask(TerminateChild(child.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(
+        again,
+        Ok(Err(troubadour::TerminateError::NotAChild(child.id())))
+    );
+}
+
+#[test]
+fn terminate_child_refuses_an_actor_that_is_not_its_child() {
+    let (system, _rx, parent, _child) = parent_with(Restart::Permanent);
+    let (tx, _rx2) = log();
+    let stranger = system.spawn(worker("s", &tx)()).unwrap();
+    let refused = parent
+        .ask(TerminateChild(stranger.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(
+        refused,
+        Ok(Err(troubadour::TerminateError::NotAChild(stranger.id())))
+    );
+    assert_eq!(stranger.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_system() {
+    let system = ActorSystem::new();
+    let (tx, rx) = log();
+    let top = system
+        .spawn_factory_with_options(
+            SpawnOptions::new().restart(Restart::Permanent),
+            worker("top", &tx),
+        )
+        .unwrap();
+    rx.until("top started");
+    top.stop();
+    rx.until("top before_restart");
+    rx.until("top started");
+    assert_eq!(top.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    let wait = top.wait_stopped();
+    assert_eq!(system.terminate(&top), Ok(()));
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
+    assert!(!top.is_alive());
+    // A child belongs to its parent, not to the system.
+    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let child = parent
+        .ask(SpawnChild("c", Restart::Permanent))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    assert_eq!(
+        system.terminate(&child),
+        Err(troubadour::TerminateError::NotAChild(child.id()))
+    );
+}

@@ -44,6 +44,18 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
         match signal {
             Signal::Stop(reason) => self.begin_stop(reason),
+            Signal::RequestStop => {
+                let reason = ExitReason::Normal;
+                if !self.restartable(&reason) {
+                    self.begin_stop(reason);
+                } else if self.phase() == Phase::Running {
+                    // A permanent actor's exit, normal or not, is restarted
+                    // by its supervisor (OTP).
+                    self.abnormal(reason, false);
+                }
+                // Otherwise it has failed, or is being restarted or stopped
+                // already: what is under way answers the request.
+            }
             Signal::Kill => self.abnormal(ExitReason::Killed, true),
             Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
             Signal::Link(other) => self.add_link(other),
@@ -66,6 +78,7 @@ impl<A: Actor> ActorCell<A> {
             Signal::ChildExited { id, .. } => {
                 let extras = self.extras();
                 extras.children.remove(&id);
+                extras.terminating.retain(|t| *t != id);
                 if extras.plan.as_mut().is_some_and(|p| p.exited(id)) {
                     self.advance_plan();
                 }
@@ -499,11 +512,13 @@ impl<A: Actor> ActorCell<A> {
             // We are stopping or failed ourselves; the child is stopped with us.
             return;
         }
-        let strategy = self.actor_mut().supervisor_strategy();
         let extras = self.extras();
-        if !extras.children.contains_key(&child) {
+        if !extras.children.contains_key(&child) || extras.terminating.contains(&child) {
+            // Gone, or being terminated for good: nothing to decide.
             return;
         }
+        let strategy = self.actor_mut().supervisor_strategy();
+        let extras = self.extras();
         if !extras.restarts.allow(&strategy, self.system.timers.now()) {
             // Too many restarts: fail ourselves and let our supervisor decide.
             self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
