@@ -91,6 +91,8 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) exited_vtable: Option<fn(Exited) -> *mut Envelope<A>>,
     pub(crate) stash: EnvelopeQueue<A>,
     pub(crate) replay: EnvelopeQueue<A>,
+    /// `SpawnOptions::unstash_on_restart`.
+    pub(crate) unstash_on_restart: bool,
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) restart: Restart,
     pub(crate) suspended: Option<Suspended>,
@@ -115,6 +117,7 @@ impl<A: Actor> Default for Extras<A> {
             exited_vtable: None,
             stash: EnvelopeQueue::default(),
             replay: EnvelopeQueue::default(),
+            unstash_on_restart: false,
             factory: None,
             restart: Restart::Temporary,
             suspended: None,

@@ -322,7 +322,9 @@ impl<A: Actor> Context<A> {
     }
 
     /// Defers `msg` (usually the one being handled) until
-    /// [`unstash_all`](Self::unstash_all). If it is the message being handled
+    /// [`unstash_all`](Self::unstash_all). The stash survives a restart; with
+    /// [`SpawnOptions::unstash_on_restart`] a restart unstashes it all for
+    /// the fresh instance (Akka's behaviour). If it is the message being handled
     /// and was sent with `ask`, its reply channel moves with it: the asker
     /// gets the reply when the message is handled after unstashing, and the
     /// value the current handler returns is discarded. (In an

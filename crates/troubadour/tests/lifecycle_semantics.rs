@@ -908,3 +908,72 @@ fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_sys
         Err(troubadour::TerminateError::NotAChild(child.id()))
     );
 }
+
+// ---- section 4: optional unstash of everything stashed on restart ---------
+
+/// Stashes every `Get` until it is ready; only a restarted instance is.
+struct Gated {
+    ready: bool,
+}
+impl Actor for Gated {}
+
+struct Get;
+impl Message for Get {
+    type Reply = u32;
+}
+impl Handler<Get> for Gated {
+    fn handle(&mut self, _: Get, ctx: &mut Context<Self>) -> u32 {
+        if !self.ready {
+            ctx.stash(Get);
+        }
+        42
+    }
+}
+
+struct Stashed;
+impl Message for Stashed {
+    type Reply = usize;
+}
+impl Handler<Stashed> for Gated {
+    fn handle(&mut self, _: Stashed, ctx: &mut Context<Self>) -> usize {
+        ctx.stashed()
+    }
+}
+
+impl Handler<Fail> for Gated {
+    fn handle(&mut self, _: Fail, _: &mut Context<Self>) {
+        panic!("gated fails")
+    }
+}
+
+fn gated(unstash: bool) -> (ActorSystem, ActorRef<Gated>) {
+    let system = ActorSystem::new();
+    let builds = AtomicU32::new(0);
+    let a = system
+        .spawn_factory_with_options(SpawnOptions::new().unstash_on_restart(unstash), move || {
+            Gated {
+                ready: builds.fetch_add(1, Ordering::SeqCst) > 0,
+            }
+        })
+        .unwrap();
+    (system, a)
+}
+
+#[test]
+fn with_unstash_on_restart_an_ask_behind_a_stash_is_answered_by_the_fresh_instance() {
+    let (_system, a) = gated(true);
+    let reply = a.ask(Get).timeout(LIVENESS);
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+    a.tell(Fail).unwrap();
+    assert_eq!(reply.wait(), Ok(42));
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(0));
+}
+
+#[test]
+fn without_unstash_on_restart_the_stash_survives_the_restart() {
+    let (_system, a) = gated(false);
+    let _reply = a.ask(Get).timeout(LIVENESS);
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+    a.tell(Fail).unwrap();
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+}

@@ -490,7 +490,14 @@ impl<A: Actor> ActorCell<A> {
         // A fresh instance supervises with a fresh history (OTP: a restarted
         // supervisor starts counting restarts from zero), or one more crash
         // of a child right after an escalation would escalate again.
-        self.extras().restarts = RestartLog::default();
+        let extras = self.extras();
+        extras.restarts = RestartLog::default();
+        if extras.unstash_on_restart {
+            // As `unstash_all` would: ahead of the mailbox, behind what is
+            // already waiting to be replayed.
+            let mut stash = std::mem::take(&mut extras.stash);
+            extras.replay.append(&mut stash);
+        }
         // Running from here on: a panic in the factory or in
         // `after_restart` is a new failure of this actor (caught where the
         // signal is processed), which its supervisor decides on again.
