@@ -142,6 +142,8 @@ impl Guardian {
     fn on_signal(&self, from: ActorId, signal: Signal, clock: &Timers) {
         match signal {
             Signal::ChildFailed { id, reason } => {
+                // Read before taking the lock: the virtual clock has one too.
+                let now = clock.now();
                 let (child, verdict) = {
                     let mut state = self.lock();
                     let child = Self::find(&state, id);
@@ -150,7 +152,7 @@ impl Guardian {
                             .restarts
                             .entry(id)
                             .or_default()
-                            .allow(&self.strategy, clock.now());
+                            .allow(&self.strategy, now);
                     (child, allowed)
                 };
                 let Some(child) = child else { return };

@@ -977,3 +977,77 @@ fn without_unstash_on_restart_the_stash_survives_the_restart() {
     a.tell(Fail).unwrap();
     assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
 }
+
+/// A restartable child with a child of its own, so that terminating it
+/// takes a while: it waits for its child to stop first.
+struct Middle {
+    log: Sender<String>,
+}
+
+impl Actor for Middle {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.spawn_with(worker("inner", &self.log)).unwrap();
+        let _ = self.log.send("b started".into());
+    }
+    fn before_restart(&mut self, _: &ExitReason, _: &mut Context<Self>) {
+        let _ = self.log.send("b before_restart".into());
+    }
+}
+
+impl Handler<Ping> for Middle {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> &'static str {
+        "pong"
+    }
+}
+
+/// One-for-all over a `Worker` "a" and a `Middle` "b".
+struct Pair {
+    log: Sender<String>,
+    kids: Arc<std::sync::Mutex<Option<(ActorRef<Worker>, ActorRef<Middle>)>>>,
+}
+
+impl Actor for Pair {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let a = ctx.spawn_with(worker("a", &self.log)).unwrap();
+        let log = self.log.clone();
+        let b = ctx.spawn_with(move || Middle { log: log.clone() }).unwrap();
+        *self.kids.lock().unwrap() = Some((a, b));
+    }
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        SupervisorStrategy::new(Strategy::OneForAll)
+    }
+}
+
+#[test]
+fn a_kill_while_a_child_is_terminated_for_a_one_for_all_restart_does_not_stall_it() {
+    let system = manual();
+    let (tx, rx) = log();
+    let kids = Arc::default();
+    let _pair = system
+        .spawn(Pair {
+            log: tx,
+            kids: Arc::clone(&kids),
+        })
+        .unwrap();
+    run_all(&system);
+    let (a, b) = kids.lock().unwrap().clone().unwrap();
+    rx.drain();
+    a.tell(Fail).unwrap();
+    // One turn at a time until "b" has begun terminating for the restart:
+    // it is waiting for its own child to stop.
+    loop {
+        run_once(&system);
+        if rx.drain().iter().any(|e| e == "b before_restart") {
+            break;
+        }
+    }
+    b.kill();
+    run_all(&system);
+    let events = rx.drain();
+    assert!(events.contains(&"a started".to_string()), "{events:?}");
+    assert!(events.contains(&"b started".to_string()), "{events:?}");
+    let (pa, pb) = (a.ask(Ping), b.ask(Ping));
+    run_all(&system);
+    assert_eq!(common::block_on(pa), Ok("pong"));
+    assert_eq!(common::block_on(pb), Ok("pong"));
+}

@@ -236,6 +236,15 @@ impl<A: Actor> ActorCell<A> {
             // Terminated for a restart its supervisor is carrying out: it
             // has no instance, and the restart follows.
             Phase::Parked => return,
+            // Being terminated for such a restart, waiting for its children:
+            // it parks when they are gone, and the supervisor waits for
+            // that; failing now would leave the restart waiting for ever.
+            Phase::Draining if matches!(self.extras().then, Some(AfterChildren::Park)) => {
+                if brutal {
+                    self.drop_actor();
+                }
+                return;
+            }
             Phase::Failed => {
                 // Already failed and waiting for its supervisor, who has been
                 // told once: another exit is not a second failure (it would
