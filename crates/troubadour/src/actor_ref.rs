@@ -270,8 +270,18 @@ impl<A: Actor> ActorRef<A> {
     /// Asks the actor to stop after its current message; control signals
     /// overtake queued user messages, which go to dead letters. Exit reason
     /// [`ExitReason::Normal`].
+    ///
+    /// This is the actor exiting normally, as if it had called
+    /// [`Context::stop`](crate::Context::stop), and its supervisor treats it
+    /// so (OTP): a [`Restart::Permanent`](crate::Restart::Permanent) actor
+    /// is restarted (the restart counts against its supervisor's
+    /// intensity); a transient or temporary one stays stopped. For a stop
+    /// that sticks whatever the restart type, its supervisor calls
+    /// [`Context::terminate_child`](crate::Context::terminate_child), or,
+    /// for a top-level actor, anyone calls
+    /// [`SystemHandle::terminate`](crate::SystemHandle::terminate).
     pub fn stop(&self) {
-        self.cell.send_signal(Signal::Stop(ExitReason::Normal));
+        self.cell.send_signal(Signal::RequestStop);
     }
 
     /// Stops the actor once it has handled every message already in its

@@ -21,10 +21,12 @@ use crate::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
 use crate::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::in_flight::InFlight;
 use crate::mailbox::{Pop, Queue, SignalStack};
-use crate::run_state::{Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, SEALED, WOKEN};
+use crate::run_state::{
+    Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, SEALED, TOP_LEVEL, WOKEN,
+};
 use crate::scheduler::{Runnable, Turn};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
-use crate::supervision::{Restart, RestartLog};
+use crate::supervision::{Restart, RestartLog, RestartPlan};
 use crate::system::SystemCore;
 
 mod lifecycle;
@@ -46,6 +48,9 @@ pub(crate) enum Phase {
     Failed,
     /// Waiting for its children to stop before finishing a stop or restart.
     Draining,
+    /// Terminated by its supervisor for a one-for-all or rest-for-one
+    /// restart: no instance, takes no user message, waits for `StartNow`.
+    Parked,
     Stopped,
 }
 
@@ -60,6 +65,8 @@ pub(crate) enum Request {
 pub(crate) enum AfterChildren {
     Stop(ExitReason),
     Restart(ExitReason),
+    /// Park for a restart step (`Signal::StopForRestart`).
+    Park,
 }
 
 /// Immutable per-actor settings that producers read.
@@ -76,17 +83,24 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) parent: Option<Arc<dyn ControlHandle>>,
     /// Ordered by id, which is spawn order (rest-for-one relies on it).
     pub(crate) children: BTreeMap<ActorId, Arc<dyn ControlHandle>>,
+    /// Children told to stop for good (`terminate_child`): a failure they
+    /// report meanwhile is not restarted.
+    pub(crate) terminating: Vec<ActorId>,
     pub(crate) links: Vec<Arc<dyn ControlHandle>>,
     pub(crate) watchers: Vec<Watcher>,
     pub(crate) trap_exits: bool,
     pub(crate) exited_vtable: Option<fn(Exited) -> *mut Envelope<A>>,
     pub(crate) stash: EnvelopeQueue<A>,
     pub(crate) replay: EnvelopeQueue<A>,
+    /// `SpawnOptions::unstash_on_restart`.
+    pub(crate) unstash_on_restart: bool,
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) restart: Restart,
     pub(crate) suspended: Option<Suspended>,
     pub(crate) waker: Option<Waker>,
     pub(crate) restarts: RestartLog,
+    /// A one-for-all or rest-for-one restart of its children under way.
+    pub(crate) plan: Option<Box<RestartPlan<Arc<dyn ControlHandle>>>>,
     pub(crate) then: Option<AfterChildren>,
     pub(crate) requested_reason: Option<ExitReason>,
     pub(crate) exit_reason: Option<ExitReason>,
@@ -97,17 +111,20 @@ impl<A: Actor> Default for Extras<A> {
         Extras {
             parent: None,
             children: BTreeMap::new(),
+            terminating: Vec::new(),
             links: Vec::new(),
             watchers: Vec::new(),
             trap_exits: false,
             exited_vtable: None,
             stash: EnvelopeQueue::default(),
             replay: EnvelopeQueue::default(),
+            unstash_on_restart: false,
             factory: None,
             restart: Restart::Temporary,
             suspended: None,
             waker: None,
             restarts: RestartLog::default(),
+            plan: None,
             then: None,
             requested_reason: None,
             exit_reason: None,
@@ -153,8 +170,13 @@ impl<A: Actor> ActorCell<A> {
         extras: Option<Box<Extras<A>>>,
     ) -> Arc<Self> {
         let held = if system.holds_messages() { HELD } else { 0 };
+        let top = if extras.as_ref().is_none_or(|e| e.parent.is_none()) {
+            TOP_LEVEL
+        } else {
+            0
+        };
         Arc::new(ActorCell {
-            run: RunState::new(SCHEDULED | held),
+            run: RunState::new(SCHEDULED | held | top),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(true),
@@ -319,6 +341,11 @@ impl<A: Actor> ActorCell<A> {
 
     pub(crate) fn mark_named(&self) {
         self.run.set(NAMED);
+    }
+
+    /// Supervised by the guardian (and not owned by a `LocalActor`).
+    pub(crate) fn is_top_level(&self) -> bool {
+        self.run.load() & (TOP_LEVEL | DETACHED) == TOP_LEVEL
     }
 
     // ---- consumer side -------------------------------------------------
@@ -494,7 +521,7 @@ impl<A: Actor> ActorCell<A> {
                 self.drain_closed();
                 return false;
             }
-            Phase::Failed | Phase::Draining | Phase::Starting => return false,
+            Phase::Failed | Phase::Draining | Phase::Parked | Phase::Starting => return false,
             Phase::Running => {
                 // A request left by a direct call (`LocalActor`).
                 if *self.request.get() != Request::None && !self.after_user_code() {

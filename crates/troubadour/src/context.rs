@@ -5,7 +5,7 @@ use crate::actor::{Actor, Handler, Message};
 use crate::actor_ref::ActorRef;
 use crate::cell::{ActorCell, Phase, Request};
 use crate::envelope::{envelope, envelope_alone, take_current_reply, Handles, Immediate};
-use crate::error::{SendError, SpawnError};
+use crate::error::{SendError, SpawnError, TerminateError};
 use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::signal::{ControlHandle, Signal, Watcher};
 use crate::spawn::{spawn_actor, Source, SpawnOptions};
@@ -207,6 +207,33 @@ impl<A: Actor> Context<A> {
         self.spawn_child(options, Source::Factory(Box::new(factory)))
     }
 
+    /// Stops `child` for good, whatever its restart type (OTP's
+    /// `supervisor:terminate_child`): it stops with
+    /// [`ExitReason::Shutdown`] after its current message (its stop hooks
+    /// run, its own children stop first) and is not restarted, also if it
+    /// fails meanwhile. Returns at once; await
+    /// [`ActorRef::wait_stopped`] to know when it is gone. Unlike OTP, the
+    /// child is then forgotten: there is no child specification to restart
+    /// it from later; spawn a new one.
+    ///
+    /// Fails with [`TerminateError::NotAChild`] if `child` is not a live
+    /// child of this actor. [`ActorRef::stop`] instead is a normal exit,
+    /// after which a [`Restart::Permanent`](crate::Restart::Permanent)
+    /// child is restarted.
+    pub fn terminate_child<B: Actor>(&mut self, child: &ActorRef<B>) -> Result<(), TerminateError> {
+        let id = child.id();
+        // SAFETY: the actor's own turn.
+        let extras = unsafe { self.cell().extras() };
+        if !extras.children.contains_key(&id) {
+            return Err(TerminateError::NotAChild(id));
+        }
+        if !extras.terminating.contains(&id) {
+            extras.terminating.push(id);
+        }
+        child.cell().send_signal(Signal::Stop(ExitReason::Shutdown));
+        Ok(())
+    }
+
     /// Ids of the live children, in spawn order.
     pub fn children(&self) -> Vec<ActorId> {
         // SAFETY: the actor's own turn.
@@ -368,7 +395,9 @@ impl<A: Actor> Context<A> {
     }
 
     /// Defers `msg` (usually the one being handled) until
-    /// [`unstash_all`](Self::unstash_all). If it is the message being handled
+    /// [`unstash_all`](Self::unstash_all). The stash survives a restart; with
+    /// [`SpawnOptions::unstash_on_restart`] a restart unstashes it all for
+    /// the fresh instance (Akka's behaviour). If it is the message being handled
     /// and was sent with `ask`, its reply channel moves with it: the asker
     /// gets the reply when the message is handled after unstashing, and the
     /// value the current handler returns is discarded. (In an

@@ -162,6 +162,35 @@ impl fmt::Display for SpawnError {
 
 impl std::error::Error for SpawnError {}
 
+/// Why an actor could not be terminated.
+///
+/// `#[non_exhaustive]`: later versions (the network layer first) will add
+/// reasons, so a `match` outside this crate needs a `_` arm.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminateError {
+    /// [`Context::terminate_child`](crate::Context::terminate_child): the
+    /// actor is not a live child of the caller.
+    /// [`SystemHandle::terminate`](crate::SystemHandle::terminate): it is
+    /// not a top-level actor (its supervisor is another actor, which must
+    /// terminate it).
+    NotAChild(crate::ActorId),
+}
+
+impl fmt::Display for TerminateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TerminateError::NotAChild(id) => write!(
+                f,
+                "cannot terminate {id}: only its own supervisor can (an actor for its \
+                 children, the system for top-level actors)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TerminateError {}
+
 /// Why a name could not be registered.
 ///
 /// `#[non_exhaustive]`: later versions (the network layer first) will add

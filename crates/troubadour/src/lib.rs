@@ -107,7 +107,8 @@ pub use envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use envelope::{Envelope, EnvelopeVTable};
 pub use error::{
-    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
+    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TerminateError,
+    TimeError,
 };
 pub use exit::{ActorId, Down, ExitReason, Exited};
 pub use fn_actor::FnActor;

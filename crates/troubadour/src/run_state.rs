@@ -41,10 +41,13 @@ pub const HELD: u32 = 1 << 6;
 /// sends from now on are refused as if the actor had stopped (they would
 /// land behind the marker). Set once, never cleared; `CLOSED` follows.
 pub const SEALED: u32 = 1 << 7;
+/// Supervised by the system's guardian (a top-level actor). Set at creation
+/// or when a `LocalActor` is spawned, never cleared.
+pub const TOP_LEVEL: u32 = 1 << 8;
 /// The bits above this count the actor's incarnations (a restart or a stop
 /// starts a new one), so a timer armed by an earlier incarnation can tell
 /// it is stale without the actor keeping a list of its timers.
-const INCARNATION_SHIFT: u32 = 8;
+const INCARNATION_SHIFT: u32 = 9;
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum Notify {

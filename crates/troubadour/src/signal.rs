@@ -20,9 +20,12 @@ pub(crate) enum Watcher {
 }
 
 pub(crate) enum Signal {
-    /// Stop after the current message. `Normal` from `stop()`, `Shutdown`
-    /// from a parent or the system.
+    /// Stop after the current message, for good: from a parent (`Shutdown`),
+    /// from the system, `terminate_child` or `SystemHandle::terminate`.
     Stop(ExitReason),
+    /// `ActorRef::stop`: a normal exit, like the actor's own `ctx.stop()`,
+    /// so a `Permanent` actor is restarted by its supervisor (OTP).
+    RequestStop,
     /// Stop now; untrappable.
     Kill,
     /// A linked actor stopped.
@@ -44,7 +47,25 @@ pub(crate) enum Signal {
         id: ActorId,
     },
     /// Parent → child: restart now (or stop, if the child cannot restart).
+    /// One-for-one.
     Restart(ExitReason),
+    /// Parent → child, one step of a one-for-all or rest-for-one restart:
+    /// run `before_restart`, stop your children, drop the instance and
+    /// answer [`ChildParked`](Signal::ChildParked); then wait, taking no
+    /// message, for [`StartNow`](Signal::StartNow). A child that is never
+    /// restarted (spawned from a value, or `Temporary`) stops instead.
+    StopForRestart(ExitReason),
+    /// Parent → parked child: rebuild from the factory, run
+    /// `after_restart`, answer [`ChildStarted`](Signal::ChildStarted).
+    StartNow(ExitReason),
+    /// Child → parent: terminated for the restart under way.
+    ChildParked {
+        id: ActorId,
+    },
+    /// Child → parent: started again (`after_restart` has returned).
+    ChildStarted {
+        id: ActorId,
+    },
 }
 
 #[repr(C)]

@@ -35,6 +35,7 @@ pub struct SpawnOptions {
     pub(crate) mailbox: Option<Mailbox>,
     pub(crate) restart: Option<Restart>,
     pub(crate) blocking: bool,
+    pub(crate) unstash_on_restart: bool,
 }
 
 impl SpawnOptions {
@@ -62,6 +63,20 @@ impl SpawnOptions {
     /// from a value, which are never restarted).
     pub fn restart(mut self, restart: Restart) -> Self {
         self.restart = Some(restart);
+        self
+    }
+
+    /// On every restart, puts everything the failed instance stashed back in
+    /// front of the mailbox (oldest first, behind messages already
+    /// unstashed), for the fresh instance to handle: Akka's `Stash`, which
+    /// unstashes all on restart. An `ask` waiting in the stash is then
+    /// answered by the fresh instance instead of running into its timeout.
+    /// Off by default: the stash then survives a restart untouched, until
+    /// the fresh instance calls
+    /// [`Context::unstash_all`](crate::Context::unstash_all). Only
+    /// factory-spawned actors restart.
+    pub fn unstash_on_restart(mut self, on: bool) -> Self {
+        self.unstash_on_restart = on;
         self
     }
 
@@ -104,6 +119,7 @@ pub(crate) fn spawn_actor<A: Actor>(
             parent,
             factory,
             restart,
+            unstash_on_restart: options.unstash_on_restart,
             ..Extras::default()
         }))
     } else {

@@ -6,7 +6,9 @@ use crate::actor_ref::{ActorRef, Recipient};
 use crate::crash_report::{self, CrashReports};
 use crate::dead_letters::{DeadLetter, DeadLetters};
 use crate::divert::{Divert, Outbox};
-use crate::error::{BuildError, RegistryError, ShutdownError, SpawnError, TimeError};
+use crate::error::{
+    BuildError, RegistryError, ShutdownError, SpawnError, TerminateError, TimeError,
+};
 use crate::exit::{ActorId, ExitReason};
 use crate::in_flight::InFlight;
 use crate::node_id::{validate_name, NodeId, MAX_SERIAL, SERIAL_BITS};
@@ -152,6 +154,8 @@ impl Guardian {
     fn on_signal(&self, from: ActorId, signal: Signal, clock: &Timers) {
         match signal {
             Signal::ChildFailed { id, reason } => {
+                // Read before taking the lock: the virtual clock has one too.
+                let now = clock.now();
                 let (child, verdict) = {
                     let mut state = self.lock();
                     let child = Self::find(&state, id);
@@ -160,7 +164,7 @@ impl Guardian {
                             .restarts
                             .entry(id)
                             .or_default()
-                            .allow(&self.strategy, clock.now());
+                            .allow(&self.strategy, now);
                     (child, allowed)
                 };
                 let Some(child) = child else { return };
@@ -312,6 +316,27 @@ impl SystemHandle {
         factory: impl FnMut() -> A + Send + 'static,
     ) -> Result<ActorRef<A>, SpawnError> {
         self.spawn_top(options, Source::Factory(Box::new(factory)))
+    }
+
+    /// Stops a top-level actor for good, whatever its restart type (OTP's
+    /// `supervisor:terminate_child` on the top-level supervisor): it stops
+    /// with [`ExitReason::Shutdown`] after its current message and the
+    /// guardian does not restart it. Returns at once; await
+    /// [`ActorRef::wait_stopped`] to know when it is gone. Terminating an
+    /// actor that has already stopped does nothing.
+    ///
+    /// Fails with [`TerminateError::NotAChild`] for an actor spawned by
+    /// another actor (its parent terminates it, with
+    /// [`Context::terminate_child`](crate::Context::terminate_child)).
+    /// [`ActorRef::stop`] instead is a normal exit, after which a
+    /// [`Restart::Permanent`](crate::Restart::Permanent) actor is restarted.
+    pub fn terminate<A: Actor>(&self, actor: &ActorRef<A>) -> Result<(), TerminateError> {
+        let cell = actor.cell();
+        if !cell.is_top_level() || !Arc::ptr_eq(&cell.system, &self.core) {
+            return Err(TerminateError::NotAChild(actor.id()));
+        }
+        cell.send_signal(Signal::Stop(ExitReason::Shutdown));
+        Ok(())
     }
 
     /// Registers `actor` under `name`. Fails with

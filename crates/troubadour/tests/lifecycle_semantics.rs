@@ -365,6 +365,8 @@ type Slot<T> = Arc<std::sync::Mutex<Vec<T>>>;
 struct Sup {
     strategy: SupervisorStrategy,
     names: Vec<&'static str>,
+    /// Of `names`, those spawned from a value (temporary children).
+    temporary: Vec<&'static str>,
     log: Sender<String>,
     kids: Slot<ActorRef<Worker>>,
 }
@@ -374,7 +376,12 @@ impl Actor for Sup {
         let mut kids = self.kids.lock().unwrap();
         kids.clear();
         for &name in &self.names {
-            kids.push(ctx.spawn_with(worker(name, &self.log)).unwrap());
+            let kid = if self.temporary.contains(&name) {
+                ctx.spawn(worker(name, &self.log)())
+            } else {
+                ctx.spawn_with(worker(name, &self.log))
+            };
+            kids.push(kid.unwrap());
         }
         let _ = self.log.send("sup started".into());
     }
@@ -406,6 +413,7 @@ fn sup(strategy: SupervisorStrategy, names: &[&'static str], log: &Sender<String
     Sup {
         strategy,
         names: names.to_vec(),
+        temporary: vec![],
         log: log.clone(),
         kids: Arc::default(),
     }
@@ -600,4 +608,446 @@ fn the_guardian_refuses_strategies_other_than_one_for_one() {
             Strategy::OneForAll
         ))
     ));
+}
+
+// ---- 5. one-for-all and rest-for-one restart in OTP's order ---------------
+
+/// Starts a supervisor of `names` and returns its children once started.
+fn supervise(
+    strategy: Strategy,
+    names: &[&'static str],
+    temporary: &[&'static str],
+) -> (
+    ActorSystem,
+    common::Log,
+    ActorRef<Sup>,
+    Vec<ActorRef<Worker>>,
+) {
+    let system = ActorSystem::builder().worker_threads(4).build();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            temporary: temporary.to_vec(),
+            ..sup(SupervisorStrategy::new(strategy), names, &tx)
+        })
+        .unwrap();
+    rx.until("sup started");
+    let kids = kids(&slot);
+    rx.drain();
+    (system, rx, s, kids)
+}
+
+fn next_events(rx: &common::Log, n: usize) -> Vec<String> {
+    (0..n).map(|_| rx.next()).collect()
+}
+
+#[test]
+fn one_for_all_terminates_in_reverse_start_order_then_starts_in_start_order() {
+    let (_system, rx, _sup, kids) = supervise(Strategy::OneForAll, &["a", "b", "c"], &[]);
+    kids[1].tell(Fail).unwrap();
+    // Each step finishes before the next begins, so the log has one order.
+    assert_eq!(
+        next_events(&rx, 7),
+        vec![
+            "b failing",
+            "c before_restart",
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started",
+            "c started",
+        ]
+    );
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    assert!(rx.drain().is_empty());
+}
+
+#[test]
+fn rest_for_one_restarts_the_failed_child_and_later_ones_in_otp_order() {
+    let (_system, rx, _sup, kids) = supervise(Strategy::RestForOne, &["a", "b", "c", "d"], &[]);
+    kids[1].tell(Fail).unwrap();
+    assert_eq!(
+        next_events(&rx, 7),
+        vec![
+            "b failing",
+            "d before_restart",
+            "c before_restart",
+            "b before_restart",
+            "b started",
+            "c started",
+            "d started",
+        ]
+    );
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    // "a" came before the failed child: untouched.
+    assert!(rx.drain().is_empty());
+}
+
+#[test]
+fn one_for_all_stops_a_temporary_sibling_instead_of_restarting_it() {
+    let (_system, rx, s, kids) = supervise(Strategy::OneForAll, &["a", "t", "c"], &["t"]);
+    kids[0].tell(Fail).unwrap();
+    assert_eq!(
+        next_events(&rx, 6),
+        vec![
+            "a failing",
+            "c before_restart",
+            "t stopped",
+            "a before_restart",
+            "a started",
+            "c started",
+        ]
+    );
+    assert!(
+        !kids[1].is_alive(),
+        "a temporary child is not restarted (OTP)"
+    );
+    assert_eq!(kids[0].ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(kids[2].ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn a_failure_during_a_one_for_all_restart_is_decided_after_it() {
+    let (_system, rx, s, kids) = supervise(Strategy::OneForAll, &["a", "b"], &[]);
+    // Hold the supervisor so that both failures reach it together.
+    let (gate, blocked) = std::sync::mpsc::channel();
+    let held = s.ask(Block(blocked)).timeout(LIVENESS);
+    rx.until("sup blocked");
+    kids[0].tell(Fail).unwrap();
+    rx.until("a failing");
+    kids[1].tell(Fail).unwrap();
+    rx.until("b failing");
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    // One restart of both: "b" was terminated by it, so its own failure is
+    // answered and not a second restart.
+    assert_eq!(
+        next_events(&rx, 4),
+        vec![
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started"
+        ]
+    );
+    assert_eq!(s.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    for k in &kids {
+        assert_eq!(k.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    }
+    assert!(rx.drain().is_empty());
+}
+
+// ---- 15. a permanent child stopped from outside is restarted --------------
+
+/// Spawns children on request and terminates them on request.
+struct Parent {
+    log: Sender<String>,
+}
+impl Actor for Parent {}
+
+struct SpawnChild(&'static str, Restart);
+impl Message for SpawnChild {
+    type Reply = ActorRef<Worker>;
+}
+impl Handler<SpawnChild> for Parent {
+    fn handle(
+        &mut self,
+        SpawnChild(name, restart): SpawnChild,
+        ctx: &mut Context<Self>,
+    ) -> ActorRef<Worker> {
+        ctx.spawn_factory_with_options(
+            SpawnOptions::new().restart(restart),
+            worker(name, &self.log),
+        )
+        .unwrap()
+    }
+}
+
+struct TerminateChild(ActorRef<Worker>);
+impl Message for TerminateChild {
+    type Reply = Result<(), troubadour::TerminateError>;
+}
+impl Handler<TerminateChild> for Parent {
+    fn handle(
+        &mut self,
+        TerminateChild(child): TerminateChild,
+        ctx: &mut Context<Self>,
+    ) -> Result<(), troubadour::TerminateError> {
+        ctx.terminate_child(&child)
+    }
+}
+
+struct Children;
+impl Message for Children {
+    type Reply = Vec<ActorId>;
+}
+impl Handler<Children> for Parent {
+    fn handle(&mut self, _: Children, ctx: &mut Context<Self>) -> Vec<ActorId> {
+        ctx.children()
+    }
+}
+
+fn parent_with(restart: Restart) -> (ActorSystem, common::Log, ActorRef<Parent>, ActorRef<Worker>) {
+    let system = ActorSystem::new();
+    let (tx, rx) = log();
+    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let child = parent
+        .ask(SpawnChild("a", restart))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    rx.until("a started");
+    (system, rx, parent, child)
+}
+
+#[test]
+fn a_permanent_child_stopped_with_actor_ref_stop_is_restarted() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    child.stop();
+    // OTP: a permanent child is restarted after any exit, a normal one too.
+    assert_eq!(rx.next(), "a before_restart");
+    assert_eq!(rx.next(), "a started");
+    assert_eq!(child.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(vec![child.id()])
+    );
+}
+
+#[test]
+fn a_transient_child_stopped_with_actor_ref_stop_stays_stopped() {
+    let (_system, rx, parent, child) = parent_with(Restart::Transient);
+    let wait = child.wait_stopped();
+    child.stop();
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Normal));
+    assert_eq!(rx.next(), "a stopped");
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(Vec::<ActorId>::new())
+    );
+}
+
+#[test]
+fn terminate_child_stops_a_permanent_child_for_good() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    let wait = child.wait_stopped();
+    let done = parent
+        .ask(TerminateChild(child.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(done, Ok(Ok(())));
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
+    assert_eq!(rx.next(), "a stopped");
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(Vec::<ActorId>::new())
+    );
+    assert!(rx.drain().is_empty(), "not restarted");
+    // No longer its child.
+    let again = parent
+        .ask(TerminateChild(child.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(
+        again,
+        Ok(Err(troubadour::TerminateError::NotAChild(child.id())))
+    );
+}
+
+#[test]
+fn terminate_child_refuses_an_actor_that_is_not_its_child() {
+    let (system, _rx, parent, _child) = parent_with(Restart::Permanent);
+    let (tx, _rx2) = log();
+    let stranger = system.spawn(worker("s", &tx)()).unwrap();
+    let refused = parent
+        .ask(TerminateChild(stranger.clone()))
+        .timeout(LIVENESS)
+        .wait();
+    assert_eq!(
+        refused,
+        Ok(Err(troubadour::TerminateError::NotAChild(stranger.id())))
+    );
+    assert_eq!(stranger.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+}
+
+#[test]
+fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_system() {
+    let system = ActorSystem::new();
+    let (tx, rx) = log();
+    let top = system
+        .spawn_factory_with_options(
+            SpawnOptions::new().restart(Restart::Permanent),
+            worker("top", &tx),
+        )
+        .unwrap();
+    rx.until("top started");
+    top.stop();
+    rx.until("top before_restart");
+    rx.until("top started");
+    assert_eq!(top.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    let wait = top.wait_stopped();
+    assert_eq!(system.terminate(&top), Ok(()));
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
+    assert!(!top.is_alive());
+    // A child belongs to its parent, not to the system.
+    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let child = parent
+        .ask(SpawnChild("c", Restart::Permanent))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    assert_eq!(
+        system.terminate(&child),
+        Err(troubadour::TerminateError::NotAChild(child.id()))
+    );
+}
+
+// ---- section 4: optional unstash of everything stashed on restart ---------
+
+/// Stashes every `Get` until it is ready; only a restarted instance is.
+struct Gated {
+    ready: bool,
+}
+impl Actor for Gated {}
+
+struct Get;
+impl Message for Get {
+    type Reply = u32;
+}
+impl Handler<Get> for Gated {
+    fn handle(&mut self, _: Get, ctx: &mut Context<Self>) -> u32 {
+        if !self.ready {
+            ctx.stash(Get);
+        }
+        42
+    }
+}
+
+struct Stashed;
+impl Message for Stashed {
+    type Reply = usize;
+}
+impl Handler<Stashed> for Gated {
+    fn handle(&mut self, _: Stashed, ctx: &mut Context<Self>) -> usize {
+        ctx.stashed()
+    }
+}
+
+impl Handler<Fail> for Gated {
+    fn handle(&mut self, _: Fail, _: &mut Context<Self>) {
+        panic!("gated fails")
+    }
+}
+
+fn gated(unstash: bool) -> (ActorSystem, ActorRef<Gated>) {
+    let system = ActorSystem::new();
+    let builds = AtomicU32::new(0);
+    let a = system
+        .spawn_factory_with_options(SpawnOptions::new().unstash_on_restart(unstash), move || {
+            Gated {
+                ready: builds.fetch_add(1, Ordering::SeqCst) > 0,
+            }
+        })
+        .unwrap();
+    (system, a)
+}
+
+#[test]
+fn with_unstash_on_restart_an_ask_behind_a_stash_is_answered_by_the_fresh_instance() {
+    let (_system, a) = gated(true);
+    let reply = a.ask(Get).timeout(LIVENESS);
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+    a.tell(Fail).unwrap();
+    assert_eq!(reply.wait(), Ok(42));
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(0));
+}
+
+#[test]
+fn without_unstash_on_restart_the_stash_survives_the_restart() {
+    let (_system, a) = gated(false);
+    let _reply = a.ask(Get).timeout(LIVENESS);
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+    a.tell(Fail).unwrap();
+    assert_eq!(a.ask(Stashed).timeout(LIVENESS).wait(), Ok(1));
+}
+
+/// A restartable child with a child of its own, so that terminating it
+/// takes a while: it waits for its child to stop first.
+struct Middle {
+    log: Sender<String>,
+}
+
+impl Actor for Middle {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        ctx.spawn_with(worker("inner", &self.log)).unwrap();
+        let _ = self.log.send("b started".into());
+    }
+    fn before_restart(&mut self, _: &ExitReason, _: &mut Context<Self>) {
+        let _ = self.log.send("b before_restart".into());
+    }
+}
+
+impl Handler<Ping> for Middle {
+    fn handle(&mut self, _: Ping, _: &mut Context<Self>) -> &'static str {
+        "pong"
+    }
+}
+
+/// One-for-all over a `Worker` "a" and a `Middle` "b".
+struct Pair {
+    log: Sender<String>,
+    kids: Arc<std::sync::Mutex<Option<(ActorRef<Worker>, ActorRef<Middle>)>>>,
+}
+
+impl Actor for Pair {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let a = ctx.spawn_with(worker("a", &self.log)).unwrap();
+        let log = self.log.clone();
+        let b = ctx.spawn_with(move || Middle { log: log.clone() }).unwrap();
+        *self.kids.lock().unwrap() = Some((a, b));
+    }
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        SupervisorStrategy::new(Strategy::OneForAll)
+    }
+}
+
+#[test]
+fn a_kill_while_a_child_is_terminated_for_a_one_for_all_restart_does_not_stall_it() {
+    let system = manual();
+    let (tx, rx) = log();
+    let kids = Arc::default();
+    let _pair = system
+        .spawn(Pair {
+            log: tx,
+            kids: Arc::clone(&kids),
+        })
+        .unwrap();
+    run_all(&system);
+    let (a, b) = kids.lock().unwrap().clone().unwrap();
+    rx.drain();
+    a.tell(Fail).unwrap();
+    // One turn at a time until "b" has begun terminating for the restart:
+    // it is waiting for its own child to stop.
+    loop {
+        run_once(&system);
+        if rx.drain().iter().any(|e| e == "b before_restart") {
+            break;
+        }
+    }
+    b.kill();
+    run_all(&system);
+    let events = rx.drain();
+    assert!(events.contains(&"a started".to_string()), "{events:?}");
+    assert!(events.contains(&"b started".to_string()), "{events:?}");
+    let (pa, pb) = (a.ask(Ping), b.ask(Ping));
+    run_all(&system);
+    assert_eq!(common::block_on(pa), Ok("pong"));
+    assert_eq!(common::block_on(pb), Ok("pong"));
 }

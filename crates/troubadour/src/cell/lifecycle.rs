@@ -9,7 +9,7 @@ use crate::exit::{ActorId, Down, ExitReason, Exited};
 use crate::mailbox::{Pop, SignalStack};
 use crate::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
 use crate::signal::{ControlHandle, Signal, SignalNode, Watcher};
-use crate::supervision::{Restart, RestartLog};
+use crate::supervision::{Restart, RestartLog, RestartPlan, Step, Strategy};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -44,6 +44,18 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
         match signal {
             Signal::Stop(reason) => self.begin_stop(reason),
+            Signal::RequestStop => {
+                let reason = ExitReason::Normal;
+                if !self.restartable(&reason) {
+                    self.begin_stop(reason);
+                } else if self.phase() == Phase::Running {
+                    // A permanent actor's exit, normal or not, is restarted
+                    // by its supervisor (OTP).
+                    self.abnormal(reason, false);
+                }
+                // Otherwise it has failed, or is being restarted or stopped
+                // already: what is under way answers the request.
+            }
             Signal::Kill => self.abnormal(ExitReason::Killed, true),
             Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
             Signal::Link(other) => self.add_link(other),
@@ -53,16 +65,116 @@ impl<A: Actor> ActorCell<A> {
                 .extras()
                 .watchers
                 .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
-            Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
+            Signal::ChildFailed { id, reason } => match self.extras().plan.as_mut() {
+                // One thing at a time, as an OTP supervisor: decided after
+                // the restart under way.
+                Some(plan) => {
+                    if plan.failed(id, reason) {
+                        self.advance_plan();
+                    }
+                }
+                None => self.on_child_failed(id, reason),
+            },
             Signal::ChildExited { id, .. } => {
                 let extras = self.extras();
                 extras.children.remove(&id);
+                extras.terminating.retain(|t| *t != id);
+                if extras.plan.as_mut().is_some_and(|p| p.exited(id)) {
+                    self.advance_plan();
+                }
+                let extras = self.extras();
                 if self.phase() == Phase::Draining && extras.children.is_empty() {
                     self.after_children();
                 }
             }
             Signal::Restart(reason) => self.restart(reason),
+            Signal::StopForRestart(reason) => self.stop_for_restart(reason),
+            Signal::StartNow(reason) => {
+                if self.phase() == Phase::Parked {
+                    self.rebuild(reason);
+                }
+                // Also when not parked (it is running, or going away and its
+                // exit will follow): the plan must never wait for nothing.
+                self.tell_parent(Signal::ChildStarted { id: self.id });
+            }
+            Signal::ChildParked { id } => {
+                if self.extras().plan.as_mut().is_some_and(|p| p.parked(id)) {
+                    self.advance_plan();
+                }
+            }
+            Signal::ChildStarted { id } => {
+                let stage = crate::supervision::Stage::Start;
+                if self
+                    .extras()
+                    .plan
+                    .as_mut()
+                    .is_some_and(|p| p.answered(id, stage))
+                {
+                    self.advance_plan();
+                }
+            }
         }
+    }
+
+    /// Takes the next step of the restart plan under way: one child told to
+    /// terminate or to start, whose answer the plan then waits for; or, at
+    /// the end, the failures reported meanwhile are decided.
+    unsafe fn advance_plan(self: &Arc<Self>) {
+        let Some(plan) = self.extras().plan.as_mut() else {
+            return;
+        };
+        let reason = plan.reason.clone();
+        match plan.next() {
+            Step::Stop(child) => child.signal(Signal::StopForRestart(reason)),
+            Step::Start(child) => child.signal(Signal::StartNow(reason)),
+            Step::Done(deferred) => {
+                self.extras().plan = None;
+                for (id, reason) in deferred {
+                    // May begin another plan, which defers the rest again.
+                    self.handle_signal(Signal::ChildFailed { id, reason });
+                }
+            }
+        }
+    }
+
+    /// The child's side of a one-for-all or rest-for-one step: terminate
+    /// for a restart and tell the supervisor (`Signal::StopForRestart`).
+    unsafe fn stop_for_restart(self: &Arc<Self>, reason: ExitReason) {
+        match self.phase() {
+            Phase::Stopped => {}
+            Phase::Parked => self.tell_parent(Signal::ChildParked { id: self.id }),
+            Phase::Draining => {
+                // A stop under way wins (its exit answers the supervisor); a
+                // restart under way parks instead of rebuilding.
+                let then = &mut self.extras().then;
+                if !matches!(then, Some(AfterChildren::Stop(_))) {
+                    *then = Some(AfterChildren::Park);
+                }
+            }
+            Phase::Starting | Phase::Running | Phase::Failed => {
+                let restarted = self
+                    .extras_opt()
+                    .is_some_and(|e| e.factory.is_some() && e.restart != Restart::Temporary);
+                if !restarted {
+                    // OTP: a temporary child is terminated, not restarted.
+                    self.begin_stop(ExitReason::Shutdown);
+                    return;
+                }
+                self.drop_suspended();
+                self.guarded_hook(|a, c| a.before_restart(&reason, c));
+                if !self.stop_children_then(AfterChildren::Park) {
+                    self.park();
+                }
+            }
+        }
+    }
+
+    /// Terminated for a restart: no instance until `StartNow`.
+    unsafe fn park(self: &Arc<Self>) {
+        self.drop_actor();
+        *self.request.get() = Request::None;
+        self.set_phase(Phase::Parked);
+        self.tell_parent(Signal::ChildParked { id: self.id });
     }
 
     /// Signals that reach an actor that has already stopped.
@@ -128,6 +240,18 @@ impl<A: Actor> ActorCell<A> {
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
         match self.phase() {
             Phase::Stopped => return,
+            // Terminated for a restart its supervisor is carrying out: it
+            // has no instance, and the restart follows.
+            Phase::Parked => return,
+            // Being terminated for such a restart, waiting for its children:
+            // it parks when they are gone, and the supervisor waits for
+            // that; failing now would leave the restart waiting for ever.
+            Phase::Draining if matches!(self.extras().then, Some(AfterChildren::Park)) => {
+                if brutal {
+                    self.drop_actor();
+                }
+                return;
+            }
             Phase::Failed => {
                 // Already failed and waiting for its supervisor, who has been
                 // told once: another exit is not a second failure (it would
@@ -153,6 +277,9 @@ impl<A: Actor> ActorCell<A> {
             // meanwhile would reach the next incarnation.
             self.run.new_incarnation();
             self.set_phase(Phase::Failed);
+            // A restart of our children under way stops here; our
+            // supervisor's decision stops or restarts them all.
+            self.extras().plan = None;
             self.tell_parent(Signal::ChildFailed {
                 id: self.id,
                 reason,
@@ -229,6 +356,8 @@ impl<A: Actor> ActorCell<A> {
         let Some(extras) = self.extras_opt() else {
             return false;
         };
+        // Whatever restart of the children was under way: they all stop.
+        extras.plan = None;
         if extras.children.is_empty() {
             return false;
         }
@@ -252,6 +381,7 @@ impl<A: Actor> ActorCell<A> {
         match self.extras().then.take() {
             Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
             Some(AfterChildren::Restart(reason)) => self.rebuild(reason),
+            Some(AfterChildren::Park) => self.park(),
             None => {}
         }
     }
@@ -380,7 +510,14 @@ impl<A: Actor> ActorCell<A> {
         // A fresh instance supervises with a fresh history (OTP: a restarted
         // supervisor starts counting restarts from zero), or one more crash
         // of a child right after an escalation would escalate again.
-        self.extras().restarts = RestartLog::default();
+        let extras = self.extras();
+        extras.restarts = RestartLog::default();
+        if extras.unstash_on_restart {
+            // As `unstash_all` would: ahead of the mailbox, behind what is
+            // already waiting to be replayed.
+            let mut stash = std::mem::take(&mut extras.stash);
+            extras.replay.append(&mut stash);
+        }
         // Running from here on: a panic in the factory or in
         // `after_restart` is a new failure of this actor (caught where the
         // signal is processed), which its supervisor decides on again.
@@ -402,18 +539,32 @@ impl<A: Actor> ActorCell<A> {
             // We are stopping or failed ourselves; the child is stopped with us.
             return;
         }
-        let strategy = self.actor_mut().supervisor_strategy();
         let extras = self.extras();
-        if !extras.children.contains_key(&child) {
+        if !extras.children.contains_key(&child) || extras.terminating.contains(&child) {
+            // Gone, or being terminated for good: nothing to decide.
             return;
         }
+        let strategy = self.actor_mut().supervisor_strategy();
+        let extras = self.extras();
         if !extras.restarts.allow(&strategy, self.system.timers.now()) {
             // Too many restarts: fail ourselves and let our supervisor decide.
             self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
             return;
         }
-        for target in strategy.kind.affected(child, &extras.children) {
-            target.signal(Signal::Restart(reason.clone()));
+        let affected = strategy.kind.affected(child, &extras.children);
+        match strategy.kind {
+            Strategy::OneForOne => {
+                for target in affected {
+                    target.signal(Signal::Restart(reason.clone()));
+                }
+            }
+            // Terminate in reverse start order, then start in start order,
+            // one child at a time (OTP): later children may depend on
+            // earlier ones.
+            Strategy::OneForAll | Strategy::RestForOne => {
+                extras.plan = Some(Box::new(RestartPlan::new(reason, affected)));
+                self.advance_plan();
+            }
         }
     }
 
