@@ -139,6 +139,7 @@ pub(crate) struct ActorCell<A: Actor> {
 // SAFETY: the consumer-only fields are touched only by the thread holding
 // the SCHEDULED bit (module docs); `A: Send` and messages are `Send`.
 unsafe impl<A: Actor> Send for ActorCell<A> {}
+// SAFETY: as for `Send`.
 unsafe impl<A: Actor> Sync for ActorCell<A> {}
 
 /// What a worker does with an actor after a turn.
@@ -149,9 +150,20 @@ pub(crate) enum Turn {
     Again,
 }
 
-/// A runnable actor as the scheduler sees it.
+/// A runnable actor as the scheduler sees it. An `Arc<dyn Runnable>` in a
+/// run queue carries the actor's consumer role: it is queued only by the
+/// holder of the role ([`ActorCell::schedule`]), and whoever takes it out
+/// holds the role until [`run_turn`](Runnable::run_turn) returns
+/// [`Turn::Idle`].
 pub(crate) trait Runnable: Send + Sync + 'static {
-    fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    /// Runs one turn of at most `budget` messages, then gives up the
+    /// consumer role ([`Turn::Idle`]) unless there is more to do
+    /// ([`Turn::Again`]: the caller still holds the role and must run or
+    /// queue the actor again).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role (`run_state.rs`).
+    unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
     fn is_finished(&self) -> bool;
     fn id(&self) -> ActorId;
 }
@@ -244,40 +256,65 @@ impl<A: Actor> ActorCell<A> {
     fn notify(self: &Arc<Self>, extra: u32) {
         match self.run.notify(extra) {
             Notify::AlreadyScheduled => {}
-            acquired => self.acquired(acquired),
+            // SAFETY: `notify` just told us we set the bit.
+            acquired => unsafe { self.acquired(acquired) },
         }
     }
 
+    /// The consumer role just won by a producer: schedule the actor, or, if
+    /// it has stopped, drain what was sent to it and give the role up.
+    ///
+    /// # Safety
+    /// `how` is what `self.run.notify` returned to this thread just now:
+    /// with `Acquired` or `AcquiredClosed` the caller holds the role.
     #[inline(never)]
-    fn acquired(self: &Arc<Self>, how: Notify) {
+    unsafe fn acquired(self: &Arc<Self>, how: Notify) {
         match how {
             Notify::AlreadyScheduled => {}
-            Notify::Acquired => self.schedule(),
+            // SAFETY: we hold the role (contract) and hand it over.
+            Notify::Acquired => unsafe { self.schedule() },
             Notify::AcquiredClosed => {
                 // We own a stopped actor: report what was sent to it.
-                self.drain_closed();
-                if self.run.release(|_| self.has_input_closed()) {
-                    self.drain_closed_loop();
+                // SAFETY: we hold the role (contract), and again whenever
+                // `release` says it was taken back.
+                unsafe {
+                    self.drain_closed();
+                    if self.run.release(|_| self.has_input_closed()) {
+                        self.drain_closed_loop();
+                    }
                 }
             }
         }
     }
 
-    fn drain_closed_loop(self: &Arc<Self>) {
+    /// Drains a stopped actor until a release finds nothing more.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role of a stopped (`CLOSED`) actor; it
+    /// has given it up when this returns.
+    unsafe fn drain_closed_loop(self: &Arc<Self>) {
         loop {
-            self.drain_closed();
+            // SAFETY: we hold the role (contract, or taken back below).
+            unsafe { self.drain_closed() };
             if !self.run.release(|_| self.has_input_closed()) {
                 return;
             }
         }
     }
 
-    /// Hands the actor (whose consumer role the caller holds) to whoever
-    /// runs it.
-    pub(crate) fn schedule(self: &Arc<Self>) {
+    /// Hands the actor to whoever runs it: its dedicated thread, or the
+    /// scheduler.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, and hands it over with this
+    /// call: it must not touch the actor's consumer state afterwards.
+    pub(crate) unsafe fn schedule(self: &Arc<Self>) {
         match self.config.as_ref().and_then(|c| c.dedicated.as_ref()) {
+            // The dedicated thread was created owning the role and parks
+            // between turns; unparking it is handing the role back.
             Some(unparker) => unparker.unpark(),
-            None => self.system.scheduler.schedule(self.clone()),
+            // SAFETY: we hold the role and hand it over (contract).
+            None => unsafe { self.system.scheduler.schedule(self.clone()) },
         }
     }
 
@@ -300,9 +337,17 @@ impl<A: Actor> ActorCell<A> {
 
     /// Gives up the consumer role for good, running whatever arrives in the
     /// meantime (used by owners that are not workers).
-    pub(crate) fn release_all(self: &Arc<Self>) {
-        while self.release() {
-            self.run_guarded(u32::MAX);
+    ///
+    /// # Safety
+    /// The caller holds the consumer role; it has given it up when this
+    /// returns.
+    pub(crate) unsafe fn release_all(self: &Arc<Self>) {
+        // SAFETY: we hold the role (contract), and again each time
+        // `release` says it was taken back.
+        unsafe {
+            while self.release() {
+                self.run_guarded(u32::MAX);
+            }
         }
     }
 
@@ -314,49 +359,111 @@ impl<A: Actor> ActorCell<A> {
     // SAFETY (all `unsafe` accessors below): callers hold the SCHEDULED bit
     // or own the cell through a `LocalActor`.
 
+    /// Where the actor is in its life.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     #[inline]
     pub(crate) unsafe fn phase(&self) -> Phase {
-        *self.phase.get()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe { *self.phase.get() }
     }
 
+    /// Moves the actor to phase `p`.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     #[inline]
     unsafe fn set_phase(&self, p: Phase) {
-        *self.phase.get() = p;
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            *self.phase.get() = p;
+        }
     }
 
+    /// Records what user code asked for (stop, fail); applied after it returns.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(crate) unsafe fn request(&self, r: Request, reason: Option<ExitReason>) {
-        *self.request.get() = r;
-        if let Some(reason) = reason {
-            self.extras().requested_reason = Some(reason);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            *self.request.get() = r;
+            if let Some(reason) = reason {
+                self.extras().requested_reason = Some(reason);
+            }
         }
     }
 
     #[inline]
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The extras, if allocated.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No other reference into the extras (from this or another accessor) is
+    /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras_opt(&self) -> Option<&mut Extras<A>> {
-        (*self.extras.get()).as_deref_mut()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe { (*self.extras.get()).as_deref_mut() }
     }
 
     /// Shared access to the extras, for readers (`Context`'s `&self`
     /// methods) that must not claim exclusive access.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No `&mut` into the extras is used while the returned reference lives.
     #[inline]
     pub(crate) unsafe fn extras_ref(&self) -> Option<&Extras<A>> {
-        (*self.extras.get()).as_deref()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe { (*self.extras.get()).as_deref() }
     }
 
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The extras, allocated on first use.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No other reference into the extras (from this or another accessor) is
+    /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
-        (*self.extras.get()).get_or_insert_with(Default::default)
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe { (*self.extras.get()).get_or_insert_with(Default::default) }
     }
 
     #[inline]
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The actor.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// The actor is present (not dropped by a stop or a failed restart), and no
+    /// other reference to it is used while the returned one lives (a suspended
+    /// handler's future holds one: see `has_suspended`).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn actor_mut(&self) -> &mut A {
-        debug_assert!(*self.has_actor.get());
-        (*self.actor.get()).assume_init_mut()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            debug_assert!(*self.has_actor.get());
+            (*self.actor.get()).assume_init_mut()
+        }
     }
 
     /// A context for user code on this actor's turn. It is only a pointer;
@@ -367,14 +474,24 @@ impl<A: Actor> ActorCell<A> {
         Context::new(unsafe { NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self) })
     }
 
+    /// Drops the actor (once), catching a panic in its `Drop`.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No reference to the actor is alive (a suspended future is dropped first).
     unsafe fn drop_actor(&self) {
-        if std::mem::replace(&mut *self.has_actor.get(), false)
-            && catch_unwind(AssertUnwindSafe(|| {
-                (*self.actor.get()).assume_init_drop();
-            }))
-            .is_err()
-        {
-            self.report_crash();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if std::mem::replace(&mut *self.has_actor.get(), false)
+                && catch_unwind(AssertUnwindSafe(|| {
+                    (*self.actor.get()).assume_init_drop();
+                }))
+                .is_err()
+            {
+                self.report_crash();
+            }
         }
     }
 
@@ -385,178 +502,229 @@ impl<A: Actor> ActorCell<A> {
     }
 
     /// Runs a lifecycle hook whose panic must not derail a stop or restart.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No reference to the actor is alive.
     unsafe fn guarded_hook(self: &Arc<Self>, hook: impl FnOnce(&mut A, &mut Context<A>)) {
-        if *self.has_actor.get() {
-            let actor = self.actor_mut();
-            let mut ctx = self.context();
-            if catch_unwind(AssertUnwindSafe(|| hook(actor, &mut ctx))).is_err() {
-                self.report_crash();
-                #[cfg(feature = "tracing")]
-                tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if *self.has_actor.get() {
+                let actor = self.actor_mut();
+                let mut ctx = self.context();
+                if catch_unwind(AssertUnwindSafe(|| hook(actor, &mut ctx))).is_err() {
+                    self.report_crash();
+                    #[cfg(feature = "tracing")]
+                    tracing::warn!(actor = %self.id, "a stop or restart hook panicked; continuing");
+                }
             }
         }
     }
 
     /// Whether an async handler of this actor is suspended (its future
     /// holds the `&mut A`).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     #[inline]
     pub(crate) unsafe fn has_suspended(&self) -> bool {
-        self.extras_ref().is_some_and(|e| e.suspended.is_some())
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe { self.extras_ref().is_some_and(|e| e.suspended.is_some()) }
     }
 
     /// For a `LocalActor`: waits on this thread until no async handler is
     /// suspended, resuming it each time it is woken. Signals still act (a
     /// stop drops the future), and a panic in it is caught and supervised
     /// as in any turn.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// The cell is detached (a `LocalActor`'s): nobody else may run it.
     #[cold]
     pub(crate) unsafe fn finish_suspended(self: &Arc<Self>) {
-        // While we wait, the future's wake-ups must unpark this thread; the
-        // cell's own waker would only set `WOKEN` on a cell nobody else may
-        // run. Each poll hands the future the waker it is polled with.
-        let parker = Waker::from(Arc::new(crate::blocking::ThreadWaker(
-            std::thread::current(),
-        )));
-        let cell_waker = self.extras().waker.replace(parker);
-        while self.has_suspended() && self.phase() == Phase::Running {
-            // A poll without a wake-up is allowed, and the first one must
-            // happen whether or not the future was woken: it registers the
-            // parker.
-            self.run.set(WOKEN);
-            self.run_guarded(0);
-            if self.has_suspended() && self.phase() == Phase::Running {
-                std::thread::park();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            // While we wait, the future's wake-ups must unpark this thread; the
+            // cell's own waker would only set `WOKEN` on a cell nobody else may
+            // run. Each poll hands the future the waker it is polled with.
+            let parker = Waker::from(Arc::new(crate::blocking::ThreadWaker(
+                std::thread::current(),
+            )));
+            let cell_waker = self.extras().waker.replace(parker);
+            while self.has_suspended() && self.phase() == Phase::Running {
+                // A poll without a wake-up is allowed, and the first one must
+                // happen whether or not the future was woken: it registers the
+                // parker.
+                self.run.set(WOKEN);
+                self.run_guarded(0);
+                if self.has_suspended() && self.phase() == Phase::Running {
+                    std::thread::park();
+                }
             }
-        }
-        if let Some(extras) = self.extras_opt() {
-            extras.waker = cell_waker;
+            if let Some(extras) = self.extras_opt() {
+                extras.waker = cell_waker;
+            }
         }
     }
 
     /// A waker that schedules this actor, made once per actor that awaits.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No other reference into the extras (from this or another accessor) is
+    /// used while the returned one lives.
     pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
-        let extras = self.extras();
-        extras
-            .waker
-            .get_or_insert_with(|| {
-                Waker::from(Arc::new(CellWaker {
-                    cell: Arc::downgrade(self),
-                }))
-            })
-            .clone()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let extras = self.extras();
+            extras
+                .waker
+                .get_or_insert_with(|| {
+                    Waker::from(Arc::new(CellWaker {
+                        cell: Arc::downgrade(self),
+                    }))
+                })
+                .clone()
+        }
     }
 
     /// One turn: signals first, then up to `budget` user messages. Returns
     /// `true` if the budget ran out with more to do.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     unsafe fn turn(self: &Arc<Self>, budget: u32) -> bool {
-        let woken = self.run.take_woken();
-        self.process_signals();
-        match self.phase() {
-            Phase::Stopped => {
-                self.drain_closed();
-                return false;
-            }
-            Phase::Failed | Phase::Draining => return false,
-            Phase::Starting => {
-                self.set_phase(Phase::Running);
-                self.actor_mut().started(&mut self.context());
-                if !self.after_user_code() {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let woken = self.run.take_woken();
+            self.process_signals();
+            match self.phase() {
+                Phase::Stopped => {
+                    self.drain_closed();
                     return false;
                 }
-            }
-            Phase::Running => {
-                // A request left by a direct call (`LocalActor`).
-                if *self.request.get() != Request::None && !self.after_user_code() {
-                    return false;
-                }
-            }
-        }
-        if self.extras_opt().is_some_and(|e| e.suspended.is_some())
-            && (!woken || !self.resume_suspended())
-        {
-            return false;
-        }
-        let mut ctx = self.context();
-        let mut left = budget;
-        while left > 0 {
-            if !self.signals.looks_empty() {
-                self.process_signals();
-                if self.phase() != Phase::Running {
-                    return false;
-                }
-            }
-            // Unstashed messages come before the mailbox.
-            if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
-                left -= 1;
-                if !self.dispatch(env, &mut ctx) {
-                    return false;
-                }
-                continue;
-            }
-            // A run of mailbox messages with the queue's head in a register.
-            // The run ends, writing the head back, before anything else can
-            // touch the queue (a stop drains it).
-            let bound = self.config.as_ref().and_then(|c| c.bound.as_ref());
-            let mut consumer = self.mailbox.consumer();
-            let mut spins = 0u32;
-            loop {
-                let env = match consumer.pop() {
-                    Pop::Data(link) => {
-                        if let Some(bound) = bound {
-                            bound.free();
-                        }
-                        Envelope::from_link(link)
-                    }
-                    Pop::Empty => return false,
-                    // A producer is mid-push. Wait briefly; if it was
-                    // preempted, give the thread back and let the release
-                    // protocol reschedule us.
-                    Pop::Inconsistent if spins < 64 => {
-                        spins += 1;
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                    Pop::Inconsistent => return false,
-                };
-                left -= 1;
-                match Envelope::handle(env, self.actor_mut(), &mut ctx) {
-                    Handled::Done => {}
-                    Handled::Suspended(fut) => {
-                        drop(consumer);
-                        self.extras().suspended = Some(fut);
-                        self.after_user_code();
+                Phase::Failed | Phase::Draining => return false,
+                Phase::Starting => {
+                    self.set_phase(Phase::Running);
+                    self.actor_mut().started(&mut self.context());
+                    if !self.after_user_code() {
                         return false;
                     }
                 }
-                // Only a handler that called stop/fail/unstash (or awaited)
-                // makes us look at the cell's consumer state again.
-                if ctx.take_dirty() {
-                    drop(consumer);
+                Phase::Running => {
+                    // A request left by a direct call (`LocalActor`).
                     if *self.request.get() != Request::None && !self.after_user_code() {
                         return false;
                     }
-                    break;
-                }
-                if left == 0 || !self.signals.looks_empty() {
-                    break;
                 }
             }
+            if self.extras_opt().is_some_and(|e| e.suspended.is_some())
+                && (!woken || !self.resume_suspended())
+            {
+                return false;
+            }
+            let mut ctx = self.context();
+            let mut left = budget;
+            while left > 0 {
+                if !self.signals.looks_empty() {
+                    self.process_signals();
+                    if self.phase() != Phase::Running {
+                        return false;
+                    }
+                }
+                // Unstashed messages come before the mailbox.
+                if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
+                    left -= 1;
+                    if !self.dispatch(env, &mut ctx) {
+                        return false;
+                    }
+                    continue;
+                }
+                // A run of mailbox messages with the queue's head in a register.
+                // The run ends, writing the head back, before anything else can
+                // touch the queue (a stop drains it).
+                let bound = self.config.as_ref().and_then(|c| c.bound.as_ref());
+                let mut consumer = self.mailbox.consumer();
+                let mut spins = 0u32;
+                loop {
+                    let env = match consumer.pop() {
+                        Pop::Data(link) => {
+                            if let Some(bound) = bound {
+                                bound.free();
+                            }
+                            Envelope::from_link(link)
+                        }
+                        Pop::Empty => return false,
+                        // A producer is mid-push. Wait briefly; if it was
+                        // preempted, give the thread back and let the release
+                        // protocol reschedule us.
+                        Pop::Inconsistent if spins < 64 => {
+                            spins += 1;
+                            std::hint::spin_loop();
+                            continue;
+                        }
+                        Pop::Inconsistent => return false,
+                    };
+                    left -= 1;
+                    match Envelope::handle(env, self.actor_mut(), &mut ctx) {
+                        Handled::Done => {}
+                        Handled::Suspended(fut) => {
+                            drop(consumer);
+                            self.extras().suspended = Some(fut);
+                            self.after_user_code();
+                            return false;
+                        }
+                    }
+                    // Only a handler that called stop/fail/unstash (or awaited)
+                    // makes us look at the cell's consumer state again.
+                    if ctx.take_dirty() {
+                        drop(consumer);
+                        if *self.request.get() != Request::None && !self.after_user_code() {
+                            return false;
+                        }
+                        break;
+                    }
+                    if left == 0 || !self.signals.looks_empty() {
+                        break;
+                    }
+                }
+            }
+            true
         }
-        true
     }
 
     /// Dispatches one message outside a mailbox run. `false` if the actor
     /// can take no more messages this turn.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// `env` is a live node built for this actor type, owned by the caller.
     unsafe fn dispatch(self: &Arc<Self>, env: *mut Envelope<A>, ctx: &mut Context<A>) -> bool {
-        match Envelope::handle(env, self.actor_mut(), ctx) {
-            Handled::Done => {}
-            Handled::Suspended(fut) => {
-                self.extras().suspended = Some(fut);
-                self.after_user_code();
-                return false;
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match Envelope::handle(env, self.actor_mut(), ctx) {
+                Handled::Done => {}
+                Handled::Suspended(fut) => {
+                    self.extras().suspended = Some(fut);
+                    self.after_user_code();
+                    return false;
+                }
             }
+            ctx.take_dirty();
+            *self.request.get() == Request::None || self.after_user_code()
         }
-        ctx.take_dirty();
-        *self.request.get() == Request::None || self.after_user_code()
     }
 
     /// A node just taken from the mailbox: frees its bounded-mailbox slot.
@@ -570,55 +738,77 @@ impl<A: Actor> ActorCell<A> {
 
     /// Polls a suspended async handler. `true` if it finished and the actor
     /// may take messages again.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     unsafe fn resume_suspended(self: &Arc<Self>) -> bool {
-        let waker = self.waker();
-        let Some(fut) = self.extras().suspended.as_mut() else {
-            return true;
-        };
-        match fut
-            .as_mut()
-            .poll(&mut std::task::Context::from_waker(&waker))
-        {
-            Poll::Pending => {
-                // A stop requested before the await is applied now.
-                self.after_user_code();
-                false
-            }
-            Poll::Ready(()) => {
-                self.extras().suspended = None;
-                self.after_user_code()
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let waker = self.waker();
+            let Some(fut) = self.extras().suspended.as_mut() else {
+                return true;
+            };
+            match fut
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker))
+            {
+                Poll::Pending => {
+                    // A stop requested before the await is applied now.
+                    self.after_user_code();
+                    false
+                }
+                Poll::Ready(()) => {
+                    self.extras().suspended = None;
+                    self.after_user_code()
+                }
             }
         }
     }
 
     /// Applies what user code asked for (stop, fail). `true` if the actor
     /// keeps running.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    /// No reference to the actor from user code is alive.
     unsafe fn after_user_code(self: &Arc<Self>) -> bool {
-        match std::mem::replace(&mut *self.request.get(), Request::None) {
-            Request::None => {}
-            Request::Stop => {
-                let reason = self
-                    .extras()
-                    .requested_reason
-                    .take()
-                    .unwrap_or(ExitReason::Normal);
-                self.self_stop(reason);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match std::mem::replace(&mut *self.request.get(), Request::None) {
+                Request::None => {}
+                Request::Stop => {
+                    let reason = self
+                        .extras()
+                        .requested_reason
+                        .take()
+                        .unwrap_or(ExitReason::Normal);
+                    self.self_stop(reason);
+                }
+                Request::Fail => {
+                    let reason = self
+                        .extras()
+                        .requested_reason
+                        .take()
+                        .unwrap_or_else(|| ExitReason::Failed(Arc::from("failed")));
+                    self.abnormal(reason, false);
+                }
             }
-            Request::Fail => {
-                let reason = self
-                    .extras()
-                    .requested_reason
-                    .take()
-                    .unwrap_or_else(|| ExitReason::Failed(Arc::from("failed")));
-                self.abnormal(reason, false);
-            }
+            self.phase() == Phase::Running
         }
-        self.phase() == Phase::Running
     }
 
-    /// The whole turn runs under `catch_unwind`; a panic fails the actor.
-    pub(crate) fn run_guarded(self: &Arc<Self>, budget: u32) -> bool {
-        // SAFETY: callers hold the SCHEDULED bit.
+    /// One turn (signals, then up to `budget` messages) under
+    /// `catch_unwind`; a panic fails the actor. `true` if the budget ran out
+    /// with more to do. The caller keeps the role either way.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role.
+    pub(crate) unsafe fn run_guarded(self: &Arc<Self>, budget: u32) -> bool {
+        // SAFETY: we hold the role (contract).
         match catch_unwind(AssertUnwindSafe(|| unsafe { self.turn(budget) })) {
             Ok(busy) => busy,
             Err(payload) => {
@@ -632,6 +822,7 @@ impl<A: Actor> ActorCell<A> {
                 }));
                 if nested.is_err() {
                     self.report_crash();
+                    // SAFETY: as above.
                     unsafe {
                         if self.phase() != Phase::Stopped {
                             self.drop_actor();
@@ -645,8 +836,13 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// Gives up the consumer role unless there is more to do.
-    pub(crate) fn release(&self) -> bool {
+    /// Gives up the consumer role unless there is more to do. `true` if
+    /// there was and the role was taken back.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role. When this returns `false` it
+    /// no longer does and must not touch the actor's consumer state.
+    pub(crate) unsafe fn release(&self) -> bool {
         // SAFETY: we still hold the role while reading consumer state here.
         let waiting = unsafe {
             self.phase() != Phase::Running
@@ -662,8 +858,10 @@ impl<A: Actor> ActorCell<A> {
 }
 
 impl<A: Actor> Runnable for ActorCell<A> {
-    fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
-        if self.run_guarded(budget) || self.release() {
+    unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
+        // SAFETY: we hold the role (contract); `release` gives it up only
+        // when it returns `false`, and then we return `Idle`.
+        if unsafe { self.run_guarded(budget) || self.release() } {
             Turn::Again
         } else {
             Turn::Idle
@@ -697,6 +895,9 @@ impl<A: Actor> Drop for ActorCell<A> {
     fn drop(&mut self) {
         // Last reference gone: free whatever is still queued. Messages here
         // were sent to an actor that can no longer run; count them.
+        // SAFETY: `&mut self`: nobody else can reach the cell any more, so
+        // its consumer state and queues are ours; `has_actor` says whether
+        // the actor is still there to drop, and every queued node is live.
         unsafe {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();

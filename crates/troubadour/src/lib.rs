@@ -62,6 +62,10 @@
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
 //! drives an actor by direct calls.
 #![warn(missing_docs)]
+// The unsafe kernel's discipline: an `unsafe fn`'s body is not one big
+// unsafe block, and every unsafe block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
 

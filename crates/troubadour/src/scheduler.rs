@@ -291,7 +291,9 @@ impl Scheduler {
         let _runtime = self.tokio.enter();
         let _crash_reports = crash_report::actor_thread(self.shared.crash_reports);
         self.current.store(actor.0, Ordering::Relaxed);
-        let turn = task.clone().run_turn(budget);
+        // SAFETY: a task in the ready list carries its consumer role
+        // (`Runnable`); with `Again` it still does and goes back in line.
+        let turn = unsafe { task.clone().run_turn(budget) };
         self.current.store(0, Ordering::Relaxed);
         if let Turn::Again = turn {
             self.shared.injector.push(task);
@@ -303,10 +305,15 @@ impl Scheduler {
         })
     }
 
-    /// Queues an actor whose consumer role the caller holds.
+    /// Queues an actor to be run by a worker.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and hands it over with
+    /// the task: whoever takes the task out of a queue runs the actor.
     #[inline]
-    pub(crate) fn schedule(&self, task: Task) {
-        self.shared.schedule(task);
+    pub(crate) unsafe fn schedule(&self, task: Task) {
+        // SAFETY: the role goes with the task (contract).
+        unsafe { self.shared.schedule(task) };
     }
 
     /// True on one of this scheduler's worker threads.
@@ -322,7 +329,13 @@ impl Scheduler {
     /// Runs an actor on a thread of its own ([`SpawnOptions::blocking`]).
     ///
     /// [`SpawnOptions::blocking`]: crate::SpawnOptions::blocking
-    pub(crate) fn spawn_dedicated(
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and gives it to the new
+    /// thread (if one starts: on an error the caller still holds it). From
+    /// then on, whoever wins the role hands it back by unparking `parker`
+    /// (the cell's `dedicated` unparker), never by queueing the task.
+    pub(crate) unsafe fn spawn_dedicated(
         &self,
         task: Arc<dyn Runnable>,
         parker: Parker,
@@ -337,7 +350,10 @@ impl Scheduler {
                 // Each unpark hands the consumer role to this thread (see
                 // `run_state.rs`); the thread was created owning it.
                 loop {
-                    while let Turn::Again = task.clone().run_turn(u32::MAX) {}
+                    // SAFETY: this thread holds the role: it was created
+                    // holding it, `Again` keeps it, and each unpark hands it
+                    // back (the function's contract).
+                    while let Turn::Again = unsafe { task.clone().run_turn(u32::MAX) } {}
                     if task.is_finished() {
                         return;
                     }
@@ -397,7 +413,9 @@ impl Scheduler {
 }
 
 impl Shared {
-    fn schedule(&self, task: Task) {
+    /// # Safety
+    /// As for [`Scheduler::schedule`].
+    unsafe fn schedule(&self, task: Task) {
         let mut task = Some(task);
         CURRENT.with(|c| {
             let local = c.get();
@@ -405,6 +423,7 @@ impl Shared {
             // alive for the whole worker loop.
             if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
                 if let Some(t) = task.take() {
+                    // SAFETY: as above.
                     let local = unsafe { &*local };
                     if let Err(t) = self.next[local.me].put(t) {
                         local.deque.push(t);
@@ -519,7 +538,8 @@ fn run_worker(
     let mut streak = 0u32;
     'outer: loop {
         if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
-            run_task(&shared, &local, task);
+            // SAFETY: taken from a run queue: it carries its role.
+            unsafe { run_task(&shared, &local, task) };
             continue;
         }
         // Frees batched by the turns run so far go to their slabs before
@@ -531,13 +551,15 @@ fn run_worker(
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
                 shared.idle.stop_searching();
-                run_task(&shared, &local, task);
+                // SAFETY: taken from a run queue: it carries its role.
+                unsafe { run_task(&shared, &local, task) };
                 continue 'outer;
             }
             if round >= SLOT_STEAL_ROUND {
                 if let Some(task) = shared.steal_next(me) {
                     shared.idle.stop_searching();
-                    run_task(&shared, &local, task);
+                    // SAFETY: taken from a run queue: it carries its role.
+                    unsafe { run_task(&shared, &local, task) };
                     continue 'outer;
                 }
             }
@@ -572,9 +594,15 @@ fn run_worker(
     CURRENT.with(|c| c.set(std::ptr::null()));
 }
 
+/// Runs one turn of `task` on this worker.
+///
+/// # Safety
+/// The caller holds the task's consumer role (it took the task out of a
+/// run queue); with `Again` the role goes back into this worker's queue.
 #[inline]
-fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
-    if let Turn::Again = task.clone().run_turn(shared.budget) {
+unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
+    // SAFETY: we hold the role (contract).
+    if let Turn::Again = unsafe { task.clone().run_turn(shared.budget) } {
         // Out of budget with more to do: behind everything else this
         // worker has, but still on this worker.
         local.yielded.push(task);

@@ -14,63 +14,89 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 impl<A: Actor> ActorCell<A> {
+    /// Applies every queued control signal, in the order sent.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn process_signals(self: &Arc<Self>) {
-        if self.signals.looks_empty() {
-            return;
-        }
-        let mut node = self.signals.take_all();
-        while !node.is_null() {
-            let next = SignalStack::next_of(node);
-            let signal = SignalNode::unbox(node);
-            if self.phase() == Phase::Stopped {
-                self.signal_after_stop(signal);
-            } else {
-                self.handle_signal(signal);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if self.signals.looks_empty() {
+                return;
             }
-            node = next;
+            let mut node = self.signals.take_all();
+            while !node.is_null() {
+                let next = SignalStack::next_of(node);
+                let signal = SignalNode::unbox(node);
+                if self.phase() == Phase::Stopped {
+                    self.signal_after_stop(signal);
+                } else {
+                    self.handle_signal(signal);
+                }
+                node = next;
+            }
         }
     }
 
+    /// Applies one control signal.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
-        match signal {
-            Signal::Stop(reason) => self.begin_stop(reason),
-            Signal::Kill => self.abnormal(ExitReason::Killed, true),
-            Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
-            Signal::Link(other) => self.add_link(other),
-            Signal::Unlink(id) => self.extras().links.retain(|l| l.id() != id),
-            Signal::Watch(w) => self.extras().watchers.push(w),
-            Signal::Unwatch(watcher) => self
-                .extras()
-                .watchers
-                .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
-            Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
-            Signal::ChildExited { id, .. } => {
-                let extras = self.extras();
-                extras.children.remove(&id);
-                if self.phase() == Phase::Draining && extras.children.is_empty() {
-                    self.after_children();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match signal {
+                Signal::Stop(reason) => self.begin_stop(reason),
+                Signal::Kill => self.abnormal(ExitReason::Killed, true),
+                Signal::Exit { from, reason } => self.on_exit_signal(from, reason),
+                Signal::Link(other) => self.add_link(other),
+                Signal::Unlink(id) => self.extras().links.retain(|l| l.id() != id),
+                Signal::Watch(w) => self.extras().watchers.push(w),
+                Signal::Unwatch(watcher) => self
+                    .extras()
+                    .watchers
+                    .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
+                Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
+                Signal::ChildExited { id, .. } => {
+                    let extras = self.extras();
+                    extras.children.remove(&id);
+                    if self.phase() == Phase::Draining && extras.children.is_empty() {
+                        self.after_children();
+                    }
                 }
+                Signal::Restart(reason) => self.restart(reason),
             }
-            Signal::Restart(reason) => self.restart(reason),
         }
     }
 
     /// Signals that reach an actor that has already stopped.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn signal_after_stop(self: &Arc<Self>, signal: Signal) {
-        let reason = if self.run.load() & EXITED_NORMAL != 0 {
-            ExitReason::Normal
-        } else {
-            self.extras_opt()
-                .and_then(|e| e.exit_reason.clone())
-                .unwrap_or(ExitReason::NoProc)
-        };
-        match signal {
-            Signal::Watch(w) => deliver_down(w, self.id, reason),
-            Signal::Link(other) => other.signal(Signal::Exit {
-                from: self.id,
-                reason: ExitReason::NoProc,
-            }),
-            _ => {}
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let reason = if self.run.load() & EXITED_NORMAL != 0 {
+                ExitReason::Normal
+            } else {
+                self.extras_opt()
+                    .and_then(|e| e.exit_reason.clone())
+                    .unwrap_or(ExitReason::NoProc)
+            };
+            match signal {
+                Signal::Watch(w) => deliver_down(w, self.id, reason),
+                Signal::Link(other) => other.signal(Signal::Exit {
+                    from: self.id,
+                    reason: ExitReason::NoProc,
+                }),
+                _ => {}
+            }
         }
     }
 
@@ -80,229 +106,332 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role (the actor's own turn).
     pub(crate) unsafe fn add_link(&self, other: Arc<dyn ControlHandle>) {
-        let links = &mut self.extras().links;
-        if links.iter().all(|l| l.id() != other.id()) {
-            links.push(other);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let links = &mut self.extras().links;
+            if links.iter().all(|l| l.id() != other.id()) {
+                links.push(other);
+            }
         }
     }
 
+    /// An exit signal from a linked actor: trapped as a message, or fails this one.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
-        let extras = self.extras();
-        extras.links.retain(|l| l.id() != from);
-        // Only `kill` itself is untrappable (it never comes here); a linked
-        // actor's `Killed` is an exit reason like any other (Erlang: the
-        // reason `killed` is trappable by linked processes).
-        if extras.trap_exits {
-            if let Some(make) = extras.exited_vtable {
-                // A trapped exit becomes a message at the mailbox's tail:
-                // behind everything the dead actor sent before it died
-                // (Erlang orders all signals between a pair of processes),
-                // and past a bounded mailbox's bound, as a system message.
-                let exited = make(Exited { id: from, reason });
-                if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-                    // Cannot be closed: we are running, not stopped.
-                    let _ = bound.take_for_system();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let extras = self.extras();
+            extras.links.retain(|l| l.id() != from);
+            // Only `kill` itself is untrappable (it never comes here); a linked
+            // actor's `Killed` is an exit reason like any other (Erlang: the
+            // reason `killed` is trappable by linked processes).
+            if extras.trap_exits {
+                if let Some(make) = extras.exited_vtable {
+                    // A trapped exit becomes a message at the mailbox's tail:
+                    // behind everything the dead actor sent before it died
+                    // (Erlang orders all signals between a pair of processes),
+                    // and past a bounded mailbox's bound, as a system message.
+                    let exited = make(Exited { id: from, reason });
+                    if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                        // Cannot be closed: we are running, not stopped.
+                        let _ = bound.take_for_system();
+                    }
+                    self.enqueue(exited);
+                    return;
                 }
-                self.enqueue(exited);
-                return;
             }
-        }
-        if reason != ExitReason::Normal {
-            self.abnormal(reason, false);
+            if reason != ExitReason::Normal {
+                self.abnormal(reason, false);
+            }
         }
     }
 
     /// The actor dies or fails for `reason`. A restartable actor waits in
     /// `Failed` for its supervisor; others stop. `brutal` (kill) skips hooks
     /// and does not wait for children.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
-        match self.phase() {
-            Phase::Stopped => return,
-            Phase::Failed if !brutal => return,
-            _ => {}
-        }
-        self.drop_suspended();
-        if brutal {
-            self.drop_actor();
-        }
-        if self.restartable(&reason) && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
-        {
-            // Timers armed so far go stale now, not at the restart: the
-            // supervisor may take a while to decide, and ticks sent
-            // meanwhile would reach the next incarnation.
-            self.run.new_incarnation();
-            self.set_phase(Phase::Failed);
-            self.tell_parent(Signal::ChildFailed {
-                id: self.id,
-                reason,
-            });
-        } else if brutal {
-            self.kill_children();
-            self.finish_stop(reason);
-        } else {
-            self.begin_stop(reason);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match self.phase() {
+                Phase::Stopped => return,
+                Phase::Failed if !brutal => return,
+                _ => {}
+            }
+            self.drop_suspended();
+            if brutal {
+                self.drop_actor();
+            }
+            if self.restartable(&reason)
+                && !matches!(self.extras().then, Some(AfterChildren::Stop(_)))
+            {
+                // Timers armed so far go stale now, not at the restart: the
+                // supervisor may take a while to decide, and ticks sent
+                // meanwhile would reach the next incarnation.
+                self.run.new_incarnation();
+                self.set_phase(Phase::Failed);
+                self.tell_parent(Signal::ChildFailed {
+                    id: self.id,
+                    reason,
+                });
+            } else if brutal {
+                self.kill_children();
+                self.finish_stop(reason);
+            } else {
+                self.begin_stop(reason);
+            }
         }
     }
 
+    /// The actor stopped itself: a stop, or a restart for a permanent one.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn self_stop(self: &Arc<Self>, reason: ExitReason) {
-        if self.restartable(&reason) {
-            // A permanent actor that stops itself is restarted.
-            self.abnormal(reason, false);
-        } else {
-            self.begin_stop(reason);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if self.restartable(&reason) {
+                // A permanent actor that stops itself is restarted.
+                self.abnormal(reason, false);
+            } else {
+                self.begin_stop(reason);
+            }
         }
     }
 
+    /// Whether a failure for `reason` waits for the supervisor's decision.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn restartable(&self, reason: &ExitReason) -> bool {
-        match self.extras_opt() {
-            Some(e) if e.factory.is_some() => match e.restart {
-                Restart::Permanent => true,
-                Restart::Transient => !reason.is_normal(),
-                Restart::Temporary => false,
-            },
-            _ => false,
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match self.extras_opt() {
+                Some(e) if e.factory.is_some() => match e.restart {
+                    Restart::Permanent => true,
+                    Restart::Transient => !reason.is_normal(),
+                    Restart::Temporary => false,
+                },
+                _ => false,
+            }
         }
     }
 
+    /// Drops a suspended handler's future (and the `&mut A` it holds).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn drop_suspended(&self) {
-        if let Some(e) = self.extras_opt() {
-            if let Some(fut) = e.suspended.take() {
-                if catch_unwind(AssertUnwindSafe(|| drop(fut))).is_err() {
-                    self.report_crash();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if let Some(e) = self.extras_opt() {
+                if let Some(fut) = e.suspended.take() {
+                    if catch_unwind(AssertUnwindSafe(|| drop(fut))).is_err() {
+                        self.report_crash();
+                    }
                 }
             }
         }
     }
 
     /// Stop: `stopping` hook, stop children and wait for them, then finish.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
-        match self.phase() {
-            Phase::Stopped => return,
-            Phase::Draining => {
-                // Already waiting for children; a stop wins over a restart.
-                self.extras().then = Some(AfterChildren::Stop(reason));
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match self.phase() {
+                Phase::Stopped => return,
+                Phase::Draining => {
+                    // Already waiting for children; a stop wins over a restart.
+                    self.extras().then = Some(AfterChildren::Stop(reason));
+                    return;
+                }
+                _ => {}
+            }
+            self.drop_suspended();
+            if self.phase() != Phase::Failed {
+                self.guarded_hook(|a, c| a.stopping(c));
+            }
+            if self.stop_children_then(AfterChildren::Stop(reason.clone())) {
                 return;
             }
-            _ => {}
+            self.finish_stop(reason);
         }
-        self.drop_suspended();
-        if self.phase() != Phase::Failed {
-            self.guarded_hook(|a, c| a.stopping(c));
-        }
-        if self.stop_children_then(AfterChildren::Stop(reason.clone())) {
-            return;
-        }
-        self.finish_stop(reason);
     }
 
     /// Cancels timers (by starting a new incarnation, which makes every
     /// timer armed so far stale) and asks every child to stop. `true` if
     /// there are children to wait for: the phase is then `Draining` and
     /// `then` runs when the last one has exited (`after_children`).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     unsafe fn stop_children_then(&self, then: AfterChildren) -> bool {
-        self.run.new_incarnation();
-        let Some(extras) = self.extras_opt() else {
-            return false;
-        };
-        if extras.children.is_empty() {
-            return false;
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            self.run.new_incarnation();
+            let Some(extras) = self.extras_opt() else {
+                return false;
+            };
+            if extras.children.is_empty() {
+                return false;
+            }
+            for child in extras.children.values() {
+                Arc::clone(child).signal(Signal::Stop(ExitReason::Shutdown));
+            }
+            extras.then = Some(then);
+            self.set_phase(Phase::Draining);
+            true
         }
-        for child in extras.children.values() {
-            Arc::clone(child).signal(Signal::Stop(ExitReason::Shutdown));
-        }
-        extras.then = Some(then);
-        self.set_phase(Phase::Draining);
-        true
     }
 
+    /// Kills every child, without waiting for them.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn kill_children(&self) {
-        if let Some(extras) = self.extras_opt() {
-            for child in std::mem::take(&mut extras.children).into_values() {
-                child.signal(Signal::Kill);
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if let Some(extras) = self.extras_opt() {
+                for child in std::mem::take(&mut extras.children).into_values() {
+                    child.signal(Signal::Kill);
+                }
             }
         }
     }
 
+    ///
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn after_children(self: &Arc<Self>) {
-        match self.extras().then.take() {
-            Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
-            Some(AfterChildren::Restart(reason)) => self.rebuild(reason),
-            None => {}
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match self.extras().then.take() {
+                Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
+                Some(AfterChildren::Restart(reason)) => self.rebuild(reason),
+                None => {}
+            }
         }
     }
 
     /// The end: hooks, drop the actor, close the mailbox, tell everyone.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
-        self.guarded_hook(|a, c| a.stopped(c));
-        self.drop_actor();
-        self.set_phase(Phase::Stopped);
-        self.run.set(CLOSED);
-        if self.run.load() & NAMED != 0 {
-            self.system.registry.remove_actor(self.id);
-        }
-        let extras = (*self.extras.get()).take().map(|b| *b).unwrap_or_default();
-        let Extras {
-            parent,
-            links,
-            watchers,
-            mut stash,
-            mut replay,
-            ..
-        } = extras;
-        while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
-            self.system
-                .dead_letters
-                .record(self.id, Envelope::discard(env));
-        }
-        if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-            // Wakes senders waiting for room: they get `Stopped`.
-            bound.close();
-        }
-        self.drain_mailbox();
-        for w in watchers {
-            deliver_down(w, self.id, reason.clone());
-        }
-        for l in links {
-            l.signal(Signal::Exit {
-                from: self.id,
-                reason: reason.clone(),
-            });
-        }
-        // Kept for monitors that arrive late; a normal exit needs no
-        // allocation to remember.
-        if reason == ExitReason::Normal {
-            self.run.set(EXITED_NORMAL);
-        } else {
-            self.extras().exit_reason = Some(reason.clone());
-        }
-        if self.run.load() & DETACHED != 0 {
-            return;
-        }
-        let exited = Signal::ChildExited { id: self.id };
-        match parent {
-            Some(p) => p.signal(exited),
-            None => self.system.guardian.on_signal(self.id, exited),
-        }
-    }
-
-    pub(super) unsafe fn drain_mailbox(&self) {
-        loop {
-            match self.mailbox.pop() {
-                Pop::Data(link) => {
-                    let env = self.popped(link);
-                    self.system
-                        .dead_letters
-                        .record(self.id, Envelope::discard(env));
-                }
-                Pop::Empty => return,
-                Pop::Inconsistent => std::thread::yield_now(),
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            self.guarded_hook(|a, c| a.stopped(c));
+            self.drop_actor();
+            self.set_phase(Phase::Stopped);
+            self.run.set(CLOSED);
+            if self.run.load() & NAMED != 0 {
+                self.system.registry.remove_actor(self.id);
+            }
+            let extras = (*self.extras.get()).take().map(|b| *b).unwrap_or_default();
+            let Extras {
+                parent,
+                links,
+                watchers,
+                mut stash,
+                mut replay,
+                ..
+            } = extras;
+            while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
+                self.system
+                    .dead_letters
+                    .record(self.id, Envelope::discard(env));
+            }
+            if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                // Wakes senders waiting for room: they get `Stopped`.
+                bound.close();
+            }
+            self.drain_mailbox();
+            for w in watchers {
+                deliver_down(w, self.id, reason.clone());
+            }
+            for l in links {
+                l.signal(Signal::Exit {
+                    from: self.id,
+                    reason: reason.clone(),
+                });
+            }
+            // Kept for monitors that arrive late; a normal exit needs no
+            // allocation to remember.
+            if reason == ExitReason::Normal {
+                self.run.set(EXITED_NORMAL);
+            } else {
+                self.extras().exit_reason = Some(reason.clone());
+            }
+            if self.run.load() & DETACHED != 0 {
+                return;
+            }
+            let exited = Signal::ChildExited { id: self.id };
+            match parent {
+                Some(p) => p.signal(exited),
+                None => self.system.guardian.on_signal(self.id, exited),
             }
         }
     }
 
-    /// Called by whoever owns a stopped actor's consumer role.
-    pub(super) fn drain_closed(self: &Arc<Self>) {
-        // SAFETY: the caller holds the SCHEDULED bit.
+    /// Every queued message becomes a dead letter.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
+    pub(super) unsafe fn drain_mailbox(&self) {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            loop {
+                match self.mailbox.pop() {
+                    Pop::Data(link) => {
+                        let env = self.popped(link);
+                        self.system
+                            .dead_letters
+                            .record(self.id, Envelope::discard(env));
+                    }
+                    Pop::Empty => return,
+                    Pop::Inconsistent => std::thread::yield_now(),
+                }
+            }
+        }
+    }
+
+    /// Called by whoever owns a stopped actor's consumer role: late
+    /// signals get their answers, late messages become dead letters.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role.
+    pub(super) unsafe fn drain_closed(self: &Arc<Self>) {
+        // SAFETY: we hold the role (contract).
         unsafe {
             self.process_signals();
             self.drain_mailbox();
@@ -314,68 +443,103 @@ impl<A: Actor> ActorCell<A> {
     }
 
     /// Parent → child restart: hooks, stop children, rebuild from factory.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
-        if self.phase() == Phase::Stopped {
-            return;
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if self.phase() == Phase::Stopped {
+                return;
+            }
+            if self.extras_opt().is_none_or(|e| e.factory.is_none()) {
+                // Cannot restart (spawned from a value): stop instead.
+                let stop_reason = if self.phase() == Phase::Failed {
+                    reason
+                } else {
+                    ExitReason::Shutdown
+                };
+                self.begin_stop(stop_reason);
+                return;
+            }
+            self.drop_suspended();
+            self.guarded_hook(|a, c| a.before_restart(&reason, c));
+            if self.stop_children_then(AfterChildren::Restart(reason.clone())) {
+                return;
+            }
+            self.rebuild(reason);
         }
-        if self.extras_opt().is_none_or(|e| e.factory.is_none()) {
-            // Cannot restart (spawned from a value): stop instead.
-            let stop_reason = if self.phase() == Phase::Failed {
-                reason
-            } else {
-                ExitReason::Shutdown
-            };
-            self.begin_stop(stop_reason);
-            return;
-        }
-        self.drop_suspended();
-        self.guarded_hook(|a, c| a.before_restart(&reason, c));
-        if self.stop_children_then(AfterChildren::Restart(reason.clone())) {
-            return;
-        }
-        self.rebuild(reason);
     }
 
+    /// Builds a fresh actor from the factory and runs `after_restart`.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
-        self.drop_actor();
-        *self.request.get() = Request::None;
-        let factory = self
-            .extras()
-            .factory
-            .as_mut()
-            .expect("restart without factory");
-        let fresh = factory();
-        (*self.actor.get()).write(fresh);
-        *self.has_actor.get() = true;
-        self.set_phase(Phase::Running);
-        self.actor_mut().after_restart(&reason, &mut self.context());
-        self.after_user_code();
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            self.drop_actor();
+            *self.request.get() = Request::None;
+            let factory = self
+                .extras()
+                .factory
+                .as_mut()
+                .expect("restart without factory");
+            let fresh = factory();
+            (*self.actor.get()).write(fresh);
+            *self.has_actor.get() = true;
+            self.set_phase(Phase::Running);
+            self.actor_mut().after_restart(&reason, &mut self.context());
+            self.after_user_code();
+        }
     }
 
+    /// The supervisor's side: restart (per strategy) or escalate.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn on_child_failed(self: &Arc<Self>, child: ActorId, reason: ExitReason) {
-        if !matches!(self.phase(), Phase::Running | Phase::Starting) {
-            // We are stopping or failed ourselves; the child is stopped with us.
-            return;
-        }
-        let strategy = self.actor_mut().supervisor_strategy();
-        let extras = self.extras();
-        if !extras.children.contains_key(&child) {
-            return;
-        }
-        if !extras.restarts.allow(&strategy) {
-            // Too many restarts: fail ourselves and let our supervisor decide.
-            self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
-            return;
-        }
-        for target in strategy.kind.affected(child, &extras.children) {
-            target.signal(Signal::Restart(reason.clone()));
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if !matches!(self.phase(), Phase::Running | Phase::Starting) {
+                // We are stopping or failed ourselves; the child is stopped with us.
+                return;
+            }
+            let strategy = self.actor_mut().supervisor_strategy();
+            let extras = self.extras();
+            if !extras.children.contains_key(&child) {
+                return;
+            }
+            if !extras.restarts.allow(&strategy) {
+                // Too many restarts: fail ourselves and let our supervisor decide.
+                self.abnormal(ExitReason::RestartLimit(Arc::new(reason)), false);
+                return;
+            }
+            for target in strategy.kind.affected(child, &extras.children) {
+                target.signal(Signal::Restart(reason.clone()));
+            }
         }
     }
 
+    /// Signals the parent, or the guardian for a top-level actor.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
+    /// (`run_state.rs`) and has not given it up, or owns the cell through a
+    /// `LocalActor`.
     pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
-        match self.extras_opt().and_then(|e| e.parent.clone()) {
-            Some(p) => p.signal(signal),
-            None => self.system.guardian.on_signal(self.id, signal),
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            match self.extras_opt().and_then(|e| e.parent.clone()) {
+                Some(p) => p.signal(signal),
+                None => self.system.guardian.on_signal(self.id, signal),
+            }
         }
     }
 }
