@@ -84,6 +84,10 @@ pub(crate) struct Extras<A: Actor> {
     pub(crate) factory: Option<Factory<A>>,
     pub(crate) restart: Restart,
     pub(crate) suspended: Option<Suspended>,
+    /// Children's failures that arrived while `suspended` held the actor:
+    /// deciding one reads the actor (`supervisor_strategy`), so they wait
+    /// for the handler to finish.
+    pub(crate) deferred_failures: Vec<(ActorId, ExitReason)>,
     pub(crate) waker: Option<Waker>,
     pub(crate) restarts: RestartLog,
     pub(crate) then: Option<AfterChildren>,
@@ -105,6 +109,7 @@ impl<A: Actor> Default for Extras<A> {
             factory: None,
             restart: Restart::Temporary,
             suspended: None,
+            deferred_failures: Vec::new(),
             waker: None,
             restarts: RestartLog::default(),
             then: None,
@@ -761,7 +766,9 @@ impl<A: Actor> ActorCell<A> {
                 }
                 Poll::Ready(()) => {
                     self.extras().suspended = None;
-                    self.after_user_code()
+                    // Failures of children that arrived meanwhile, before
+                    // any message (signals overtake).
+                    self.after_user_code() && self.decide_deferred_failures()
                 }
             }
         }

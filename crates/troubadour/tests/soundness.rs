@@ -296,3 +296,107 @@ fn a_fault_node_still_queued_when_its_actor_stops_is_a_dead_letter() {
     assert_eq!(system.block_on(sink.wait_stopped()), ExitReason::Normal);
     assert_eq!(system.dead_letter_count(), 1);
 }
+
+// ---- A supervisor's decision reads the actor: not while a handler is ----
+// ---- suspended in it ----------------------------------------------------
+
+/// Counts in a `Cell` how often its strategy was consulted; its async
+/// `Hold` reads that count, awaits a gate and writes it back plus 100.
+struct Overseer {
+    consulted: std::cell::Cell<u32>,
+    child: Option<ActorRef<Fragile>>,
+}
+impl Actor for Overseer {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.child = Some(ctx.spawn_with(|| Fragile).unwrap());
+    }
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        self.consulted.set(self.consulted.get() + 1);
+        SupervisorStrategy::default()
+    }
+}
+
+struct Hold(oneshot::Receiver<()>);
+impl Message for Hold {
+    type Reply = ();
+}
+impl AsyncHandler<Hold> for Overseer {
+    async fn handle(&mut self, Hold(gate): Hold, _: &mut Context<Self>) {
+        let before = self.consulted.get();
+        let _ = gate.await;
+        self.consulted.set(before + 100);
+    }
+}
+
+struct Consulted;
+impl Message for Consulted {
+    type Reply = u32;
+}
+impl Handler<Consulted> for Overseer {
+    fn handle(&mut self, _: Consulted, _: &mut Context<Self>) -> u32 {
+        self.consulted.get()
+    }
+}
+
+struct ChildRef;
+impl Message for ChildRef {
+    type Reply = ActorRef<Fragile>;
+}
+impl Handler<ChildRef> for Overseer {
+    fn handle(&mut self, _: ChildRef, _: &mut Context<Self>) -> ActorRef<Fragile> {
+        self.child.clone().unwrap()
+    }
+}
+
+struct Fragile;
+impl Actor for Fragile {}
+struct Crash;
+impl Message for Crash {
+    type Reply = ();
+}
+impl Handler<Crash> for Fragile {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("crash");
+    }
+}
+struct Alive;
+impl Message for Alive {
+    type Reply = bool;
+}
+impl Handler<Alive> for Fragile {
+    fn handle(&mut self, _: Alive, _: &mut Context<Self>) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_child_failing_while_its_supervisor_awaits_is_decided_after_the_handler() {
+    // Manual scheduling: the child's failure reaches the supervisor while
+    // its handler is suspended, every run.
+    let system = ActorSystem::builder().manual_scheduling().build();
+    let overseer = system
+        .spawn(Overseer {
+            consulted: std::cell::Cell::new(0),
+            child: None,
+        })
+        .unwrap();
+    let child = overseer.ask(ChildRef);
+    run_all(&system);
+    let child = child.wait().unwrap();
+    let (open, gate) = oneshot::channel();
+    overseer.tell(Hold(gate)).unwrap();
+    run_all(&system); // suspended at the gate
+    child.tell(Crash).unwrap();
+    run_all(&system); // the child fails; its supervisor hears of it
+    open.send(()).unwrap();
+    run_all(&system); // the handler ends; then the failure is decided
+    let consulted = overseer.ask(Consulted);
+    let alive = child.ask(Alive);
+    run_all(&system);
+    assert_eq!(
+        consulted.wait(),
+        Ok(101),
+        "the strategy must not read the actor while the handler holds it"
+    );
+    assert_eq!(alive.wait(), Ok(true), "the child was restarted");
+}

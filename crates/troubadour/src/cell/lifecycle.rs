@@ -239,6 +239,9 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if let Some(e) = self.extras_opt() {
+                // Whatever drops the handler (stop, kill, restart, failure)
+                // stops or waits for the children itself.
+                e.deferred_failures.clear();
                 if let Some(fut) = e.suspended.take() {
                     if catch_unwind(AssertUnwindSafe(|| drop(fut))).is_err() {
                         self.report_crash();
@@ -511,6 +514,14 @@ impl<A: Actor> ActorCell<A> {
                 // We are stopping or failed ourselves; the child is stopped with us.
                 return;
             }
+            if self.has_suspended() {
+                // The strategy is the actor's to say, and a suspended async
+                // handler holds the actor: decide when it has finished (or
+                // forget it if the handler is dropped by a stop or restart,
+                // which stops the children too). One message at a time.
+                self.extras().deferred_failures.push((child, reason));
+                return;
+            }
             let strategy = self.actor_mut().supervisor_strategy();
             let extras = self.extras();
             if !extras.children.contains_key(&child) {
@@ -524,6 +535,29 @@ impl<A: Actor> ActorCell<A> {
             for target in strategy.kind.affected(child, &extras.children) {
                 target.signal(Signal::Restart(reason.clone()));
             }
+        }
+    }
+
+    /// Decides the children's failures that waited for a suspended
+    /// handler, in the order they arrived. `true` if the actor keeps
+    /// running (a decision may fail it: too many restarts).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role, and no async handler is
+    /// suspended in it.
+    pub(super) unsafe fn decide_deferred_failures(self: &Arc<Self>) -> bool {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let deferred = match self.extras_opt() {
+                Some(e) if !e.deferred_failures.is_empty() => {
+                    std::mem::take(&mut e.deferred_failures)
+                }
+                _ => return self.phase() == Phase::Running,
+            };
+            for (child, reason) in deferred {
+                self.on_child_failed(child, reason);
+            }
+            self.phase() == Phase::Running
         }
     }
 
