@@ -100,7 +100,11 @@ pub trait Actor: Sized + Send + 'static {
     }
 
     /// How this actor supervises the children it spawns. Consulted each
-    /// time a child fails.
+    /// time a child fails. It reads the actor, so a failure that arrives
+    /// while an [`AsyncHandler`] of this actor is suspended is decided when
+    /// that handler has finished (as in kameo and ractor, whose actors
+    /// await their handlers); a stop or restart of this actor in the
+    /// meantime stops the children instead.
     fn supervisor_strategy(&self) -> SupervisorStrategy {
         SupervisorStrategy::default()
     }
@@ -130,8 +134,10 @@ pub trait Handler<M: Message>: Actor {
 ///
 /// While the future is pending the actor takes no other user message (one
 /// message at a time holds across awaits), but its worker thread runs other
-/// actors, and control signals (stop, kill, supervision) still act at once:
-/// stopping drops the pending future.
+/// actors, and control signals (stop, kill, a restart by its supervisor)
+/// still act at once: stopping drops the pending future. Only what must
+/// read the actor waits for the future to finish: the decision on a
+/// failed child ([`Actor::supervisor_strategy`]).
 ///
 /// ```
 /// use troubadour::prelude::*;

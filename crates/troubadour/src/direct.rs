@@ -64,7 +64,9 @@ impl<A: Actor> LocalActor<A> {
         // ever runs this actor while we own it. A zero-budget turn runs
         // `started` and any signals.
         let _reports = crate::crash_report::actor_thread(core.scheduler.crash_reports());
-        cell.run_guarded(0);
+        // SAFETY: the cell was born holding its consumer role, and we keep
+        // it for as long as this `LocalActor` owns the cell.
+        unsafe { cell.run_guarded(0) };
         Ok(LocalActor {
             cell: Some(cell),
             system: system.clone(),
@@ -108,7 +110,9 @@ impl<A: Actor> LocalActor<A> {
         let Some(cell) = self.live_cell() else {
             return Err(SendError::Stopped(msg));
         };
-        let mut ctx = cell.context();
+        // SAFETY: we hold the consumer role and `&mut self`, so nothing else
+        // touches the actor or its context.
+        let mut ctx = unsafe { cell.context() };
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
         // touches the actor or its context.
         let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut ctx) };
@@ -143,7 +147,8 @@ impl<A: Actor> LocalActor<A> {
     fn settle(&mut self) {
         if let Some(cell) = &self.cell {
             let _reports = self.crash_reports();
-            cell.run_guarded(0);
+            // SAFETY: we hold the consumer role.
+            unsafe { cell.run_guarded(0) };
         }
     }
 
@@ -151,7 +156,8 @@ impl<A: Actor> LocalActor<A> {
     pub fn run_pending(&mut self) {
         if let Some(cell) = &self.cell {
             let _reports = self.crash_reports();
-            while cell.run_guarded(u32::MAX) {}
+            // SAFETY: we hold the consumer role.
+            while unsafe { cell.run_guarded(u32::MAX) } {}
         }
     }
 
@@ -194,12 +200,16 @@ impl<A: Actor> LocalActor<A> {
             // Stopped already, or the system is shutting down: stop it and
             // give back the role; the reference reports it as stopped.
             cell.set_detached(true);
-            // SAFETY: we hold the consumer role.
-            unsafe { cell.begin_stop(ExitReason::Shutdown) };
-            cell.release_all();
+            // SAFETY: we hold the consumer role, and give it up last.
+            unsafe {
+                cell.begin_stop(ExitReason::Shutdown);
+                cell.release_all();
+            }
             return actor_ref;
         }
-        cell.schedule();
+        // SAFETY: we hold the consumer role and hand it to the workers; the
+        // cell is no longer ours to touch.
+        unsafe { cell.schedule() };
         actor_ref
     }
 }
@@ -207,9 +217,11 @@ impl<A: Actor> LocalActor<A> {
 impl<A: Actor> Drop for LocalActor<A> {
     fn drop(&mut self) {
         if let Some(cell) = self.cell.take() {
-            // SAFETY: we hold the consumer role.
-            unsafe { cell.begin_stop(ExitReason::Normal) };
-            cell.release_all();
+            // SAFETY: we hold the consumer role, and give it up last.
+            unsafe {
+                cell.begin_stop(ExitReason::Normal);
+                cell.release_all();
+            }
         }
     }
 }

@@ -198,15 +198,20 @@ unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
 ) -> (M, Option<ReplyTo<M::Reply>>) {
     let p = p as *mut Typed<A, M>;
-    let msg = std::ptr::addr_of!((*p).msg).read();
-    let reply = std::ptr::addr_of!((*p).reply).read();
-    // The head (a link and a vtable pointer) needs no drop.
-    nodes::free(
-        p as *mut u8,
-        Layout::new::<Typed<A, M>>(),
-        placement::<A, M>(ALONE),
-    );
-    (msg, reply)
+    // SAFETY: a live `Typed<A, M>` (contract); each field is read once and
+    // the node is freed right after, so nothing is dropped twice. The head
+    // (a link and a vtable pointer) needs no drop. The node's placement is
+    // a function of its vtable, so `free` gets the one `alloc` got.
+    unsafe {
+        let msg = std::ptr::addr_of!((*p).msg).read();
+        let reply = std::ptr::addr_of!((*p).reply).read();
+        nodes::free(
+            p as *mut u8,
+            Layout::new::<Typed<A, M>>(),
+            placement::<A, M>(ALONE),
+        );
+        (msg, reply)
+    }
 }
 
 impl<A: crate::Actor> Envelope<A> {
@@ -221,30 +226,45 @@ impl<A: crate::Actor> Envelope<A> {
     /// Runs the handler and frees the node.
     ///
     /// # Safety
-    /// `p` must be a live node built by [`envelope`] for this actor type.
+    /// `p` must be a live node built by [`envelope`] (or one of its
+    /// siblings) for this actor type, owned by the caller. `actor` and
+    /// `ctx` are the actor and context of the cell whose turn this is (the
+    /// caller holds its consumer role). If the result is
+    /// [`Handled::Suspended`], the caller keeps the future in that cell and
+    /// drops it before anything else touches the actor (it holds the
+    /// actor's `&mut`).
     #[inline]
     pub(crate) unsafe fn handle(
         p: *mut Envelope<A>,
         actor: &mut A,
         ctx: &mut Context<A>,
     ) -> Handled {
-        ((*p).vtable.handle)(p, actor, ctx)
+        // SAFETY: a live node (contract), whose vtable was chosen for its
+        // message type when it was built; the rest is passed on.
+        unsafe { ((*p).vtable.handle)(p, actor, ctx) }
     }
 
     /// Drops the node (its `ask` fails with `NoReply`); returns the message
     /// type's name for dead-letter reporting.
     ///
     /// # Safety
-    /// As for [`handle`](Self::handle).
+    /// `p` must be a live node built for this actor type, owned by the
+    /// caller.
     pub(crate) unsafe fn discard(p: *mut Envelope<A>) -> &'static str {
-        ((*p).vtable.discard)(p)
+        // SAFETY: as for `handle`.
+        unsafe { ((*p).vtable.discard)(p) }
     }
 }
 
+/// The `discard` of a vtable: drops the message and the reply channel.
+///
+/// # Safety
+/// As for [`take`].
 unsafe fn discard<A: crate::Actor, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
 ) -> &'static str {
-    drop(take::<A, M, ALONE>(p));
+    // SAFETY: as for `take` (contract).
+    drop(unsafe { take::<A, M, ALONE>(p) });
     std::any::type_name::<M>()
 }
 
@@ -298,18 +318,28 @@ pub(crate) fn injected<A: crate::Actor>(
 }
 
 /// Frees a fault node and its victim; returns the victim's type name.
+///
+/// # Safety
+/// `p` must come from [`injected`] and be owned by the caller.
 unsafe fn take_injected<A: crate::Actor>(p: *mut Envelope<A>) -> (InjectedFault, &'static str) {
-    let node = Box::from_raw(p as *mut Injected<A>);
+    // SAFETY: an `Injected<A>` from `Box::into_raw` (contract).
+    let node = unsafe { Box::from_raw(p as *mut Injected<A>) };
     let Injected { fault, victim, .. } = *node;
-    (fault, Envelope::discard(victim))
+    // SAFETY: the fault node owned its victim, a live node for `A`.
+    (fault, unsafe { Envelope::discard(victim) })
 }
 
+/// The `handle` of a fault node's vtable.
+///
+/// # Safety
+/// As for [`take_injected`].
 unsafe fn handle_injected<A: crate::Actor>(
     p: *mut Envelope<A>,
     _actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    match take_injected(p) {
+    // SAFETY: contract.
+    match unsafe { take_injected(p) } {
         // Unwinds to the turn's `catch_unwind`, the path of a real panic;
         // the message went down with it, as a real panic's would.
         (InjectedFault::Panic(message), _) => panic!("{message}"),
@@ -322,8 +352,13 @@ unsafe fn handle_injected<A: crate::Actor>(
     Handled::Done
 }
 
+/// The `discard` of a fault node's vtable.
+///
+/// # Safety
+/// As for [`take_injected`].
 unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>) -> &'static str {
-    take_injected(p).1
+    // SAFETY: contract.
+    unsafe { take_injected(p).1 }
 }
 
 // Stash support. While a handler runs for an `ask`, this thread-local points
@@ -404,12 +439,17 @@ pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<
     })
 }
 
+/// The `handle` of a [`Handler`]'s vtable.
+///
+/// # Safety
+/// As for [`take`].
 unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let (msg, mut reply) = take::<A, M, ALONE>(p);
+    // SAFETY: contract.
+    let (msg, mut reply) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
     let _span =
         tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>())
@@ -433,24 +473,31 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
     Handled::Done
 }
 
+/// The `handle` of an [`AsyncHandler`]'s vtable.
+///
+/// # Safety
+/// As for [`take`] and [`Envelope::handle`]: `actor` lives in the cell
+/// whose turn this is, and a returned future is kept in that cell and
+/// dropped before anything else touches the actor.
 unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
-    let (msg, mut reply) = take::<A, M, ALONE>(p);
+    // SAFETY: contract.
+    let (msg, mut reply) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
     let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
     let waker = ctx.waker();
     let cell_addr = ctx.cell_addr();
-    // SAFETY (lifetime extension): the future borrows the actor, which lives
+    // SAFETY: (a lifetime extension) the future borrows the actor, which lives
     // inside the actor's cell at a fixed address. While the future is
     // pending the cell hands out no other reference to the actor: no user
     // message is dispatched, and every path that touches the actor again
     // (stop, kill, restart) drops the future first. The cell outlives the
     // future because the future is stored in the cell. The future owns its
     // own context (a pointer to the cell), so nothing else needs pinning.
-    let actor: &'static mut A = &mut *(actor as *mut A);
+    let actor: &'static mut A = unsafe { &mut *(actor as *mut A) };
     let cell_ctx = ctx.detach();
     let mut fut = Box::pin(async move {
         let mut ctx = cell_ctx;

@@ -162,15 +162,20 @@ unsafe impl<A: Actor> Send for Held<A> {}
 impl<A: Actor> Deliver for Held<A> {
     fn deliver(mut self: Box<Self>, how: Delivery) {
         let env = std::mem::replace(&mut self.env, std::ptr::null_mut());
-        match how {
-            Delivery::Normal => self.cell.enqueue(env),
-            Delivery::Panic(message) => {
-                self.cell
-                    .enqueue(injected(InjectedFault::Panic(message), env));
+        // SAFETY: `env` is the live node this value owned (null only after
+        // a delivery or loss, which consume the value), and fault nodes
+        // take ownership of it; each is given up to the mailbox once.
+        unsafe {
+            match how {
+                Delivery::Normal => self.cell.enqueue(env),
+                Delivery::Panic(message) => {
+                    self.cell
+                        .enqueue(injected(InjectedFault::Panic(message), env));
+                }
+                // One node either way, so a bounded mailbox's permit (taken
+                // at the send) is returned exactly once, when it is taken out.
+                Delivery::StopFirst => self.cell.enqueue(injected(InjectedFault::Stop, env)),
             }
-            // One node either way, so a bounded mailbox's permit (taken at
-            // the send) is returned exactly once, when it is taken out.
-            Delivery::StopFirst => self.cell.enqueue(injected(InjectedFault::Stop, env)),
         }
     }
 

@@ -64,6 +64,10 @@
 //! drives an actor by direct calls. A closure with its state is an actor
 //! too ([`SystemHandle::spawn_fn`], [`FnActor`]).
 #![warn(missing_docs)]
+// The unsafe kernel's discipline: an `unsafe fn`'s body is not one big
+// unsafe block, and every unsafe block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
 

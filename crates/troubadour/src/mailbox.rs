@@ -82,6 +82,7 @@ pub struct Queue {
 // SAFETY: the raw pointers are nodes owned by the queue; the protocol above
 // makes concurrent producers and one consumer safe.
 unsafe impl Send for Queue {}
+// SAFETY: as for `Send`.
 unsafe impl Sync for Queue {}
 
 impl Queue {
@@ -114,12 +115,16 @@ impl Queue {
     /// until `pop` returns it; the queue must not move while it holds nodes.
     #[inline]
     pub unsafe fn push(&self, node: *mut Link) {
-        (*node).next.store(ptr::null_mut(), Ordering::Relaxed);
+        // SAFETY: `node` is valid and ours (contract).
+        unsafe { (*node).next.store(ptr::null_mut(), Ordering::Relaxed) };
         // SeqCst: the scheduling protocol's fast path relies on it (run_state.rs).
         let prev = self.resolve(self.tail.swap(node, Ordering::SeqCst));
         // Publishing the link is the second step; between the two the queue
         // is "inconsistent" (invariant 1).
-        (*prev).next.store(node, Ordering::Release);
+        // SAFETY: `prev` was the tail: the stub (part of the queue, which
+        // does not move) or a node still allocated until `pop` returns it,
+        // which cannot happen before this store links it (invariant 2).
+        unsafe { (*prev).next.store(node, Ordering::Release) };
     }
 
     /// Takes the oldest node.
@@ -129,7 +134,8 @@ impl Queue {
     /// not while a [`Consumer`] of this queue is alive.
     pub unsafe fn pop(&self) -> Pop {
         let mut head = self.head.load(Ordering::Relaxed);
-        let popped = self.pop_from(&mut head);
+        // SAFETY: we are the only consumer (contract).
+        let popped = unsafe { self.pop_from(&mut head) };
         self.head.store(head, Ordering::Relaxed);
         popped
     }
@@ -150,6 +156,10 @@ impl Queue {
         }
     }
 
+    /// Takes the oldest node, with the consumer's `head` in `head_slot`.
+    ///
+    /// # Safety
+    /// As for [`pop`](Self::pop); `head_slot` holds this queue's `head`.
     #[inline]
     unsafe fn pop_from(&self, head_slot: &mut *mut Link) -> Pop {
         let stub = self.stub();
@@ -161,7 +171,10 @@ impl Queue {
             p if p.is_null() || p == stub => stub,
             p => p,
         };
-        let mut next = (*head).next.load(Ordering::Acquire);
+        // SAFETY: (and for every dereference below) `head` and the `next` nodes it
+        // leads to are the stub or queued nodes, which stay allocated until
+        // this, the only consumer, hands them out.
+        let mut next = unsafe { (*head).next.load(Ordering::Acquire) };
         if head == stub {
             if next.is_null() {
                 return if self.resolve(self.tail.load(Ordering::Acquire)) == stub {
@@ -172,7 +185,8 @@ impl Queue {
             }
             *head_slot = next;
             head = next;
-            next = (*next).next.load(Ordering::Acquire);
+            // SAFETY: as above.
+            next = unsafe { (*next).next.load(Ordering::Acquire) };
         }
         if !next.is_null() {
             *head_slot = next;
@@ -183,8 +197,11 @@ impl Queue {
         }
         // `head` is the last node: put the stub behind it so it can be
         // handed out (invariant 2).
-        self.push(stub);
-        next = (*head).next.load(Ordering::Acquire);
+        // SAFETY: the stub is part of the queue and no longer linked in
+        // (we took it out above), so it is ours to push.
+        unsafe { self.push(stub) };
+        // SAFETY: as above.
+        next = unsafe { (*head).next.load(Ordering::Acquire) };
         if !next.is_null() {
             *head_slot = next;
             return Pop::Data(head);
@@ -233,6 +250,7 @@ pub struct SignalStack {
 
 // SAFETY: see `Queue`.
 unsafe impl Send for SignalStack {}
+// SAFETY: see `Queue`.
 unsafe impl Sync for SignalStack {}
 
 impl SignalStack {
@@ -247,7 +265,9 @@ impl SignalStack {
     pub unsafe fn push(&self, node: *mut Link) {
         let mut top = self.top.load(Ordering::Relaxed);
         loop {
-            (*node).next.store(top, Ordering::Relaxed);
+            // SAFETY: `node` is valid and ours until the exchange publishes
+            // it (contract).
+            unsafe { (*node).next.store(top, Ordering::Relaxed) };
             match self
                 .top
                 .compare_exchange_weak(top, node, Ordering::SeqCst, Ordering::Relaxed)
@@ -267,8 +287,11 @@ impl SignalStack {
         // Reverse the LIFO chain into arrival order.
         let mut ordered = ptr::null_mut();
         while !node.is_null() {
-            let next = (*node).next.load(Ordering::Relaxed);
-            (*node).next.store(ordered, Ordering::Relaxed);
+            // SAFETY: the swap took every node off the stack: they are ours
+            // (only the consumer takes, by contract) and still allocated.
+            let next = unsafe { (*node).next.load(Ordering::Relaxed) };
+            // SAFETY: as above.
+            unsafe { (*node).next.store(ordered, Ordering::Relaxed) };
             ordered = node;
             node = next;
         }
@@ -285,7 +308,8 @@ impl SignalStack {
     /// # Safety
     /// `node` must come from `take_all` and not be freed yet.
     pub unsafe fn next_of(node: *mut Link) -> *mut Link {
-        (*node).next.load(Ordering::Relaxed)
+        // SAFETY: `node` is a live node of a taken chain (contract).
+        unsafe { (*node).next.load(Ordering::Relaxed) }
     }
 }
 
@@ -306,14 +330,19 @@ mod tests {
         })) as *mut Link
     }
 
+    /// # Safety
+    /// `p` came from [`node`] and was handed back by the queue.
     unsafe fn take(p: *mut Link) -> u64 {
-        Box::from_raw(p as *mut Node).value
+        // SAFETY: a `Node` from `Box::into_raw` (contract).
+        unsafe { Box::from_raw(p as *mut Node).value }
     }
 
     #[test]
     fn fifo_single_thread() {
         let q = Queue::new();
         assert!(q.looks_empty());
+        // SAFETY: one thread, so it is the only consumer; nodes come from
+        // `node` and are taken back once each.
         unsafe {
             assert_eq!(q.pop(), Pop::Empty);
             for i in 0..10 {
@@ -340,6 +369,7 @@ mod tests {
     #[test]
     fn signal_stack_keeps_arrival_order() {
         let s = SignalStack::new();
+        // SAFETY: as in `fifo_single_thread`.
         unsafe {
             for i in 0..5 {
                 s.push(node(i));
@@ -370,6 +400,7 @@ mod tests {
                 let q = q.clone();
                 std::thread::spawn(move || {
                     for i in 0..PER {
+                        // SAFETY: a fresh node; `q` outlives the threads.
                         unsafe { q.push(node(p << 32 | i)) };
                     }
                 })
@@ -378,8 +409,10 @@ mod tests {
         let mut next = vec![0u64; PRODUCERS as usize];
         let mut got = 0;
         while got < PRODUCERS * PER {
+            // SAFETY: this thread is the only consumer.
             match unsafe { q.pop() } {
                 Pop::Data(n) => {
+                    // SAFETY: a node from `node`, handed back once.
                     let v = unsafe { take(n) };
                     let (p, i) = ((v >> 32) as usize, v & 0xffff_ffff);
                     assert_eq!(i, next[p], "producer {p} out of order");
@@ -392,6 +425,7 @@ mod tests {
         for h in handles {
             h.join().unwrap();
         }
+        // SAFETY: the only consumer.
         assert_eq!(unsafe { q.pop() }, Pop::Empty);
     }
 }

@@ -135,16 +135,24 @@ fn new_slab() -> *mut SlabCount {
 /// # Safety
 /// `slab` came from [`new_slab`] and its count reached zero.
 unsafe fn free_slab(slab: *mut SlabCount) {
-    ptr::drop_in_place(slab);
-    GlobalAlloc::dealloc(&HEAP, slab as *mut u8, slab_layout());
+    // SAFETY: a slab nobody uses any more (contract), allocated by
+    // `new_slab` with this layout and its header written there.
+    unsafe {
+        ptr::drop_in_place(slab);
+        GlobalAlloc::dealloc(&HEAP, slab as *mut u8, slab_layout());
+    }
 }
 
 /// # Safety
 /// As for [`SlabCount::release`]; `slab` is live.
 #[inline]
 unsafe fn release(slab: *mut SlabCount, n: usize) {
-    if (*slab).release(n) {
-        free_slab(slab);
+    // SAFETY: `slab` is live (contract); if this release brought its count
+    // to zero, nobody else uses it any more.
+    unsafe {
+        if (*slab).release(n) {
+            free_slab(slab);
+        }
     }
 }
 
@@ -284,12 +292,15 @@ pub(crate) fn alloc(layout: Layout, placement: Placement) -> *mut u8 {
 #[inline]
 pub(crate) unsafe fn free(p: *mut u8, layout: Layout, placement: Placement) {
     if placement == Placement::Alone {
-        GlobalAlloc::dealloc(&HEAP, p, layout);
+        // SAFETY: allocated alone from `HEAP` with this layout (contract).
+        unsafe { GlobalAlloc::dealloc(&HEAP, p, layout) };
         return;
     }
     let slab = p.map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount;
     if NODES.try_with(|t| t.free(slab)).is_err() {
-        release(slab, 1);
+        // SAFETY: the node was carved from this slab (contract), whose
+        // count includes it, so the slab is still live.
+        unsafe { release(slab, 1) };
     }
 }
 
@@ -347,6 +358,8 @@ mod tests {
         std::thread::spawn(move || {
             batch_frees_on_this_thread();
             for p in nodes {
+                // SAFETY: each came from `alloc` with this layout and
+                // placement and is freed once; it holds nothing to drop.
                 unsafe { free(p as *mut u8, layout, Placement::Slab) };
             }
             settle();

@@ -73,8 +73,20 @@ pub(crate) enum Turn {
 
 /// Something the scheduler runs: an actor, as far as it is concerned. The
 /// actor cell implements it; the scheduler knows nothing else of actors.
+///
+/// An `Arc<dyn Runnable>` in a run queue carries the actor's consumer role:
+/// it is queued only by the holder of the role, and whoever takes it out
+/// holds the role until [`run_turn`](Runnable::run_turn) returns
+/// [`Turn::Idle`].
 pub(crate) trait Runnable: Send + Sync + 'static {
-    fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    /// Runs one turn of at most `budget` messages, then gives up the
+    /// consumer role ([`Turn::Idle`]) unless there is more to do
+    /// ([`Turn::Again`]: the caller still holds the role and must run or
+    /// queue the actor again).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role (`run_state.rs`).
+    unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
     fn is_finished(&self) -> bool;
     fn id(&self) -> ActorId;
 }
@@ -306,7 +318,9 @@ impl Scheduler {
         let _runtime = self.tokio.enter();
         let _crash_reports = crash_report::actor_thread(self.shared.crash_reports);
         self.current.store(actor.0, Ordering::Relaxed);
-        let turn = task.clone().run_turn(budget);
+        // SAFETY: a task in the ready list carries its consumer role
+        // (`Runnable`); with `Again` it still does and goes back in line.
+        let turn = unsafe { task.clone().run_turn(budget) };
         self.current.store(0, Ordering::Relaxed);
         if let Turn::Again = turn {
             self.shared.injector.push(task);
@@ -318,10 +332,15 @@ impl Scheduler {
         })
     }
 
-    /// Queues an actor whose consumer role the caller holds.
+    /// Queues an actor to be run by a worker.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and hands it over with
+    /// the task: whoever takes the task out of a queue runs the actor.
     #[inline]
-    pub(crate) fn schedule(&self, task: Task) {
-        self.shared.schedule(task);
+    pub(crate) unsafe fn schedule(&self, task: Task) {
+        // SAFETY: the role goes with the task (contract).
+        unsafe { self.shared.schedule(task) };
     }
 
     /// True on one of this scheduler's worker threads.
@@ -337,7 +356,13 @@ impl Scheduler {
     /// Runs an actor on a thread of its own ([`SpawnOptions::blocking`]).
     ///
     /// [`SpawnOptions::blocking`]: crate::SpawnOptions::blocking
-    pub(crate) fn spawn_dedicated(
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and gives it to the new
+    /// thread (if one starts: on an error the caller still holds it). From
+    /// then on, whoever wins the role hands it back by unparking `parker`
+    /// (the cell's `dedicated` unparker), never by queueing the task.
+    pub(crate) unsafe fn spawn_dedicated(
         &self,
         task: Arc<dyn Runnable>,
         parker: Parker,
@@ -352,7 +377,10 @@ impl Scheduler {
                 // Each unpark hands the consumer role to this thread (see
                 // `run_state.rs`); the thread was created owning it.
                 loop {
-                    while let Turn::Again = task.clone().run_turn(u32::MAX) {}
+                    // SAFETY: this thread holds the role: it was created
+                    // holding it, `Again` keeps it, and each unpark hands it
+                    // back (the function's contract).
+                    while let Turn::Again = unsafe { task.clone().run_turn(u32::MAX) } {}
                     if task.is_finished() {
                         return;
                     }
@@ -412,7 +440,9 @@ impl Scheduler {
 }
 
 impl Shared {
-    fn schedule(&self, task: Task) {
+    /// # Safety
+    /// As for [`Scheduler::schedule`].
+    unsafe fn schedule(&self, task: Task) {
         let mut task = Some(task);
         CURRENT.with(|c| {
             let local = c.get();
@@ -420,6 +450,7 @@ impl Shared {
             // alive for the whole worker loop.
             if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
                 if let Some(t) = task.take() {
+                    // SAFETY: as above.
                     let local = unsafe { &*local };
                     if let Err(t) = self.next[local.me].put(t) {
                         local.deque.push(t);
@@ -534,7 +565,8 @@ fn run_worker(
     let mut streak = 0u32;
     'outer: loop {
         if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
-            run_task(&shared, &local, task);
+            // SAFETY: taken from a run queue: it carries its role.
+            unsafe { run_task(&shared, &local, task) };
             continue;
         }
         // Frees batched by the turns run so far go to their slabs before
@@ -546,13 +578,15 @@ fn run_worker(
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
                 shared.idle.stop_searching();
-                run_task(&shared, &local, task);
+                // SAFETY: taken from a run queue: it carries its role.
+                unsafe { run_task(&shared, &local, task) };
                 continue 'outer;
             }
             if round >= SLOT_STEAL_ROUND {
                 if let Some(task) = shared.steal_next(me) {
                     shared.idle.stop_searching();
-                    run_task(&shared, &local, task);
+                    // SAFETY: taken from a run queue: it carries its role.
+                    unsafe { run_task(&shared, &local, task) };
                     continue 'outer;
                 }
             }
@@ -587,9 +621,15 @@ fn run_worker(
     CURRENT.with(|c| c.set(std::ptr::null()));
 }
 
+/// Runs one turn of `task` on this worker.
+///
+/// # Safety
+/// The caller holds the task's consumer role (it took the task out of a
+/// run queue); with `Again` the role goes back into this worker's queue.
 #[inline]
-fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
-    if let Turn::Again = task.clone().run_turn(shared.budget) {
+unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
+    // SAFETY: we hold the role (contract).
+    if let Turn::Again = unsafe { task.clone().run_turn(shared.budget) } {
         // Out of budget with more to do: behind everything else this
         // worker has, but still on this worker.
         local.yielded.push(task);

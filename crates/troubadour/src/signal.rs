@@ -85,7 +85,8 @@ impl SignalNode {
     /// # Safety
     /// `p` must come from [`boxed`](Self::boxed) and be owned by the caller.
     pub(crate) unsafe fn unbox(p: *mut Link) -> Signal {
-        Box::from_raw(p as *mut SignalNode).signal
+        // SAFETY: a `SignalNode` from `Box::into_raw`, ours (contract).
+        unsafe { Box::from_raw(p as *mut SignalNode).signal }
     }
 }
 

@@ -156,14 +156,19 @@ pub(crate) fn spawn_actor<A: Actor>(
     // The cell was created owning its consumer role: hand it to a runner.
     match parker {
         Some(parker) => {
-            if let Err(e) = core.scheduler.spawn_dedicated(cell.clone(), parker) {
+            // SAFETY: the cell was created holding its consumer role, which
+            // the dedicated thread takes over; its config holds `parker`'s
+            // unparker, so `schedule` unparks that thread.
+            if let Err(e) = unsafe { core.scheduler.spawn_dedicated(cell.clone(), parker) } {
                 // Never ran: stop it so its parent and name are released.
                 // SAFETY: we still hold the consumer role the cell was born with.
                 unsafe { cell.begin_stop(crate::ExitReason::Shutdown) };
                 return Err(SpawnError::NoThread(e.to_string()));
             }
         }
-        None => cell.schedule(),
+        // SAFETY: the cell was created holding its consumer role, which we
+        // hand to the scheduler here.
+        None => unsafe { cell.schedule() },
     }
     Ok(actor_ref)
 }

@@ -230,3 +230,173 @@ fn a_turn_nested_in_a_handler_does_not_take_the_handlers_reply_slot() {
     assert_eq!(nested.ask(Open).timeout(LIVENESS).wait(), Ok(1));
     assert_eq!(work.timeout(LIVENESS).wait(), Ok(70));
 }
+
+// ---- Fault nodes of held messages: handled and discarded ----------------
+// (They have their own vtable and free their victim node; these runs give
+// Miri both paths, the handled one and the discarded one.)
+
+struct Sink {
+    got: Vec<u32>,
+}
+impl Actor for Sink {}
+
+struct Item(u32);
+impl Message for Item {
+    type Reply = ();
+}
+impl Handler<Item> for Sink {
+    fn handle(&mut self, Item(n): Item, _: &mut Context<Self>) {
+        self.got.push(n);
+    }
+}
+
+fn held_system() -> ActorSystem {
+    ActorSystem::builder()
+        .manual_scheduling()
+        .hold_messages()
+        .build()
+}
+
+fn run_all(system: &ActorSystem) {
+    while system.run_one(&mut |_| (0, 64)).is_some() {}
+}
+
+#[test]
+fn a_message_delivered_after_a_stop_is_a_dead_letter_and_the_stop_is_normal() {
+    let system = held_system();
+    let sink = system.spawn(Sink { got: vec![] }).unwrap();
+    run_all(&system); // started
+    sink.tell(Item(1)).unwrap();
+    let asked = sink.ask(Item(2));
+    let mut held = system.take_in_flight();
+    assert_eq!(held.len(), 2);
+    let second = held.pop().unwrap();
+    held.pop().unwrap().deliver_after_stop();
+    second.deliver();
+    run_all(&system);
+    assert_eq!(system.block_on(sink.wait_stopped()), ExitReason::Normal);
+    assert_eq!(asked.wait(), Err(AskError::NoReply));
+    assert_eq!(system.dead_letter_count(), 2);
+}
+
+#[test]
+fn a_fault_node_still_queued_when_its_actor_stops_is_a_dead_letter() {
+    let system = held_system();
+    let sink = system.spawn(Sink { got: vec![] }).unwrap();
+    run_all(&system);
+    sink.tell(Item(1)).unwrap();
+    system
+        .take_in_flight()
+        .pop()
+        .unwrap()
+        .deliver_with_panic("never reached");
+    // The stop overtakes the fault node, which is discarded unhandled.
+    sink.stop();
+    run_all(&system);
+    assert_eq!(system.block_on(sink.wait_stopped()), ExitReason::Normal);
+    assert_eq!(system.dead_letter_count(), 1);
+}
+
+// ---- A supervisor's decision reads the actor: not while a handler is ----
+// ---- suspended in it ----------------------------------------------------
+
+/// Counts in a `Cell` how often its strategy was consulted; its async
+/// `Hold` reads that count, awaits a gate and writes it back plus 100.
+struct Overseer {
+    consulted: std::cell::Cell<u32>,
+    child: Option<ActorRef<Fragile>>,
+}
+impl Actor for Overseer {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.child = Some(ctx.spawn_with(|| Fragile).unwrap());
+    }
+    fn supervisor_strategy(&self) -> SupervisorStrategy {
+        self.consulted.set(self.consulted.get() + 1);
+        SupervisorStrategy::default()
+    }
+}
+
+struct Hold(oneshot::Receiver<()>);
+impl Message for Hold {
+    type Reply = ();
+}
+impl AsyncHandler<Hold> for Overseer {
+    async fn handle(&mut self, Hold(gate): Hold, _: &mut Context<Self>) {
+        let before = self.consulted.get();
+        let _ = gate.await;
+        self.consulted.set(before + 100);
+    }
+}
+
+struct Consulted;
+impl Message for Consulted {
+    type Reply = u32;
+}
+impl Handler<Consulted> for Overseer {
+    fn handle(&mut self, _: Consulted, _: &mut Context<Self>) -> u32 {
+        self.consulted.get()
+    }
+}
+
+struct ChildRef;
+impl Message for ChildRef {
+    type Reply = ActorRef<Fragile>;
+}
+impl Handler<ChildRef> for Overseer {
+    fn handle(&mut self, _: ChildRef, _: &mut Context<Self>) -> ActorRef<Fragile> {
+        self.child.clone().unwrap()
+    }
+}
+
+struct Fragile;
+impl Actor for Fragile {}
+struct Crash;
+impl Message for Crash {
+    type Reply = ();
+}
+impl Handler<Crash> for Fragile {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("crash");
+    }
+}
+struct Alive;
+impl Message for Alive {
+    type Reply = bool;
+}
+impl Handler<Alive> for Fragile {
+    fn handle(&mut self, _: Alive, _: &mut Context<Self>) -> bool {
+        true
+    }
+}
+
+#[test]
+fn a_child_failing_while_its_supervisor_awaits_is_decided_after_the_handler() {
+    // Manual scheduling: the child's failure reaches the supervisor while
+    // its handler is suspended, every run.
+    let system = ActorSystem::builder().manual_scheduling().build();
+    let overseer = system
+        .spawn(Overseer {
+            consulted: std::cell::Cell::new(0),
+            child: None,
+        })
+        .unwrap();
+    let child = overseer.ask(ChildRef);
+    run_all(&system);
+    let child = child.wait().unwrap();
+    let (open, gate) = oneshot::channel();
+    overseer.tell(Hold(gate)).unwrap();
+    run_all(&system); // suspended at the gate
+    child.tell(Crash).unwrap();
+    run_all(&system); // the child fails; its supervisor hears of it
+    open.send(()).unwrap();
+    run_all(&system); // the handler ends; then the failure is decided
+    let consulted = overseer.ask(Consulted);
+    let alive = child.ask(Alive);
+    run_all(&system);
+    assert_eq!(
+        consulted.wait(),
+        Ok(101),
+        "the strategy must not read the actor while the handler holds it"
+    );
+    assert_eq!(alive.wait(), Ok(true), "the child was restarted");
+}

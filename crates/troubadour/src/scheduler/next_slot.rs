@@ -44,6 +44,7 @@ pub struct NextSlot<T> {
 // SAFETY: `task` is only accessed by the one thread the state protocol above
 // gives it to, and `T` moves between threads with it.
 unsafe impl<T: Send> Sync for NextSlot<T> {}
+// SAFETY: as for `Sync`.
 unsafe impl<T: Send> Send for NextSlot<T> {}
 
 impl<T> NextSlot<T> {
