@@ -5,6 +5,7 @@
 use crate::actor_ref::Recipient;
 use crate::exit::{ActorId, Down, ExitReason};
 use crate::mailbox::Link;
+use crate::supervision::ChildId;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -87,6 +88,12 @@ impl SignalNode {
     pub(crate) unsafe fn unbox(p: *mut Link) -> Signal {
         // SAFETY: a `SignalNode` from `Box::into_raw`, ours (contract).
         unsafe { Box::from_raw(p as *mut SignalNode).signal }
+    }
+}
+
+impl ChildId for Arc<dyn ControlHandle> {
+    fn child_id(&self) -> ActorId {
+        self.id()
     }
 }
 

@@ -47,9 +47,8 @@
 //! as in OTP.
 
 use crate::exit::{ActorId, ExitReason};
-use crate::signal::ControlHandle;
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::Arc;
+
 use std::time::{Duration, Instant};
 
 /// Which children restart when one fails.
@@ -64,11 +63,14 @@ pub enum Strategy {
 }
 
 impl Strategy {
-    pub(crate) fn affected(
+    /// The children a failure of `failed` touches, in start order. Generic
+    /// over the child handle: supervision is policy, and knows nothing of
+    /// how children are signalled.
+    pub(crate) fn affected<C: Clone>(
         self,
         failed: ActorId,
-        children: &BTreeMap<ActorId, Arc<dyn ControlHandle>>,
-    ) -> Vec<Arc<dyn ControlHandle>> {
+        children: &BTreeMap<ActorId, C>,
+    ) -> Vec<C> {
         match self {
             Strategy::OneForOne => children.get(&failed).cloned().into_iter().collect(),
             Strategy::OneForAll => children.values().cloned().collect(),
@@ -150,12 +152,6 @@ pub(crate) enum Step<C> {
 /// What a plan needs of a child handle.
 pub(crate) trait ChildId {
     fn child_id(&self) -> ActorId;
-}
-
-impl ChildId for Arc<dyn ControlHandle> {
-    fn child_id(&self) -> ActorId {
-        self.id()
-    }
 }
 
 impl<C: ChildId + Clone> RestartPlan<C> {
