@@ -1051,3 +1051,67 @@ fn a_kill_while_a_child_is_terminated_for_a_one_for_all_restart_does_not_stall_i
     assert_eq!(common::block_on(pa), Ok("pong"));
     assert_eq!(common::block_on(pb), Ok("pong"));
 }
+
+#[test]
+fn a_panic_in_started_fails_the_actor_and_the_signals_queued_before_its_first_turn_are_answered() {
+    struct BadStart;
+    impl Actor for BadStart {
+        fn started(&mut self, _: &mut Context<Self>) {
+            panic!("started fails");
+        }
+    }
+    let system = manual();
+    let a = system.spawn(BadStart).unwrap();
+    let wait = a.wait_stopped();
+    a.stop();
+    run_all(&system);
+    // Spawned from a value, it is not restarted: it stops with the panic.
+    match stopped_reason(wait) {
+        Some(ExitReason::Panicked(msg)) => assert!(msg.contains("started fails"), "{msg}"),
+        other => panic!("expected the actor to stop with its panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn stopping_a_permanent_child_that_already_failed_is_not_a_second_failure() {
+    let system = ActorSystem::builder().worker_threads(4).build();
+    let (tx, rx) = log();
+    let parent = system.spawn(Parent { log: tx.clone() }).unwrap();
+    // The parent allows the default 3 restarts in 5 s; hold it so that the
+    // failure and the stop both wait for its decision.
+    let a = parent
+        .ask(SpawnChild("a", Restart::Permanent))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    rx.until("a started");
+    let (gate, blocked) = std::sync::mpsc::channel();
+    let held = parent.ask(Hold(blocked)).timeout(LIVENESS);
+    rx.until("parent blocked");
+    a.tell(Fail).unwrap();
+    rx.until("a failing");
+    a.stop();
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    // One decision, one restart: the stop of a permanent child that is
+    // already failing is answered by the restart under way.
+    assert_eq!(rx.next(), "a before_restart");
+    assert_eq!(rx.next(), "a started");
+    assert_eq!(a.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(vec![a.id()])
+    );
+    assert!(rx.drain().is_empty(), "restarted once");
+}
+
+struct Hold(std::sync::mpsc::Receiver<()>);
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Parent {
+    fn handle(&mut self, Hold(gate): Hold, _: &mut Context<Self>) {
+        let _ = self.log.send("parent blocked".into());
+        let _ = gate.recv_timeout(LIVENESS);
+    }
+}
