@@ -897,7 +897,7 @@ fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_sys
     assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
     assert!(!top.is_alive());
     // A child belongs to its parent, not to the system.
-    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let parent = system.spawn(Parent { log: tx.clone() }).unwrap();
     let child = parent
         .ask(SpawnChild("c", Restart::Permanent))
         .timeout(LIVENESS)
@@ -907,6 +907,14 @@ fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_sys
         system.terminate(&child),
         Err(troubadour::TerminateError::NotAChild(child.id()))
     );
+    // Nor does another system's top-level actor.
+    let other = ActorSystem::new();
+    let foreign = other.spawn(worker("f", &tx)()).unwrap();
+    assert_eq!(
+        system.terminate(&foreign),
+        Err(troubadour::TerminateError::NotAChild(foreign.id()))
+    );
+    assert_eq!(other.terminate(&foreign), Ok(()));
 }
 
 // ---- section 4: optional unstash of everything stashed on restart ---------
