@@ -1123,3 +1123,66 @@ impl Handler<Hold> for Parent {
         let _ = gate.recv_timeout(LIVENESS);
     }
 }
+
+/// Suspends the supervisor in an async handler until the sender fires.
+struct Suspend(tokio::sync::oneshot::Receiver<()>);
+impl Message for Suspend {
+    type Reply = ();
+}
+impl AsyncHandler<Suspend> for Sup {
+    async fn handle(&mut self, Suspend(gate): Suspend, _: &mut Context<Self>) {
+        let _ = self.log.send("sup suspended".into());
+        let _ = gate.await;
+    }
+}
+
+#[test]
+fn failures_decided_after_a_suspended_handler_join_the_one_for_all_restart_they_start() {
+    // Manually scheduled, so that both failures are surely deferred before
+    // the handler finishes.
+    let system = manual();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    // One restart a minute: a second decision would make it give up.
+    let strategy = SupervisorStrategy::new(Strategy::OneForAll)
+        .intensity(1, std::time::Duration::from_secs(60));
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            ..sup(strategy, &["a", "b"], &tx)
+        })
+        .unwrap();
+    run_all(&system);
+    let kids = slot.lock().unwrap().clone();
+    // While its handler is suspended the supervisor defers its decisions.
+    let (gate, suspended) = tokio::sync::oneshot::channel();
+    s.tell(Suspend(suspended)).unwrap();
+    run_all(&system);
+    rx.until("sup suspended");
+    for k in &kids {
+        k.tell(Fail).unwrap();
+        run_all(&system);
+    }
+    rx.until("b failing");
+    gate.send(()).unwrap();
+    run_all(&system);
+    // The first deferred failure starts one restart of both; the second
+    // joins it and is answered by it (b is restarted anyway).
+    assert_eq!(
+        rx.drain(),
+        vec![
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started"
+        ]
+    );
+    let pings: Vec<_> = kids.iter().map(|k| k.ask(Ping)).collect();
+    let sup_ping = s.ask(Ping);
+    run_all(&system);
+    assert_eq!(common::block_on(sup_ping), Ok("pong"));
+    for p in pings {
+        assert_eq!(common::block_on(p), Ok("pong"));
+    }
+    assert!(s.is_alive());
+}
