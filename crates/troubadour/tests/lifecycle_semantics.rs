@@ -897,7 +897,7 @@ fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_sys
     assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
     assert!(!top.is_alive());
     // A child belongs to its parent, not to the system.
-    let parent = system.spawn(Parent { log: tx }).unwrap();
+    let parent = system.spawn(Parent { log: tx.clone() }).unwrap();
     let child = parent
         .ask(SpawnChild("c", Restart::Permanent))
         .timeout(LIVENESS)
@@ -907,6 +907,14 @@ fn a_permanent_top_level_actor_is_restarted_after_stop_and_terminated_by_the_sys
         system.terminate(&child),
         Err(troubadour::TerminateError::NotAChild(child.id()))
     );
+    // Nor does another system's top-level actor.
+    let other = ActorSystem::new();
+    let foreign = other.spawn(worker("f", &tx)()).unwrap();
+    assert_eq!(
+        system.terminate(&foreign),
+        Err(troubadour::TerminateError::NotAChild(foreign.id()))
+    );
+    assert_eq!(other.terminate(&foreign), Ok(()));
 }
 
 // ---- section 4: optional unstash of everything stashed on restart ---------
@@ -1050,4 +1058,131 @@ fn a_kill_while_a_child_is_terminated_for_a_one_for_all_restart_does_not_stall_i
     run_all(&system);
     assert_eq!(common::block_on(pa), Ok("pong"));
     assert_eq!(common::block_on(pb), Ok("pong"));
+}
+
+#[test]
+fn a_panic_in_started_fails_the_actor_and_the_signals_queued_before_its_first_turn_are_answered() {
+    struct BadStart;
+    impl Actor for BadStart {
+        fn started(&mut self, _: &mut Context<Self>) {
+            panic!("started fails");
+        }
+    }
+    let system = manual();
+    let a = system.spawn(BadStart).unwrap();
+    let wait = a.wait_stopped();
+    a.stop();
+    run_all(&system);
+    // Spawned from a value, it is not restarted: it stops with the panic.
+    match stopped_reason(wait) {
+        Some(ExitReason::Panicked(msg)) => assert!(msg.contains("started fails"), "{msg}"),
+        other => panic!("expected the actor to stop with its panic, got {other:?}"),
+    }
+}
+
+#[test]
+fn stopping_a_permanent_child_that_already_failed_is_not_a_second_failure() {
+    let system = ActorSystem::builder().worker_threads(4).build();
+    let (tx, rx) = log();
+    let parent = system.spawn(Parent { log: tx.clone() }).unwrap();
+    // The parent allows the default 3 restarts in 5 s; hold it so that the
+    // failure and the stop both wait for its decision.
+    let a = parent
+        .ask(SpawnChild("a", Restart::Permanent))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    rx.until("a started");
+    let (gate, blocked) = std::sync::mpsc::channel();
+    let held = parent.ask(Hold(blocked)).timeout(LIVENESS);
+    rx.until("parent blocked");
+    a.tell(Fail).unwrap();
+    rx.until("a failing");
+    a.stop();
+    gate.send(()).unwrap();
+    held.wait().unwrap();
+    // One decision, one restart: the stop of a permanent child that is
+    // already failing is answered by the restart under way.
+    assert_eq!(rx.next(), "a before_restart");
+    assert_eq!(rx.next(), "a started");
+    assert_eq!(a.ask(Ping).timeout(LIVENESS).wait(), Ok("pong"));
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(vec![a.id()])
+    );
+    assert!(rx.drain().is_empty(), "restarted once");
+}
+
+struct Hold(std::sync::mpsc::Receiver<()>);
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Parent {
+    fn handle(&mut self, Hold(gate): Hold, _: &mut Context<Self>) {
+        let _ = self.log.send("parent blocked".into());
+        let _ = gate.recv_timeout(LIVENESS);
+    }
+}
+
+/// Suspends the supervisor in an async handler until the sender fires.
+struct Suspend(tokio::sync::oneshot::Receiver<()>);
+impl Message for Suspend {
+    type Reply = ();
+}
+impl AsyncHandler<Suspend> for Sup {
+    async fn handle(&mut self, Suspend(gate): Suspend, _: &mut Context<Self>) {
+        let _ = self.log.send("sup suspended".into());
+        let _ = gate.await;
+    }
+}
+
+#[test]
+fn failures_decided_after_a_suspended_handler_join_the_one_for_all_restart_they_start() {
+    // Manually scheduled, so that both failures are surely deferred before
+    // the handler finishes.
+    let system = manual();
+    let (tx, rx) = log();
+    let slot: Slot<ActorRef<Worker>> = Arc::default();
+    // One restart a minute: a second decision would make it give up.
+    let strategy = SupervisorStrategy::new(Strategy::OneForAll)
+        .intensity(1, std::time::Duration::from_secs(60));
+    let s = system
+        .spawn(Sup {
+            kids: slot.clone(),
+            ..sup(strategy, &["a", "b"], &tx)
+        })
+        .unwrap();
+    run_all(&system);
+    let kids = slot.lock().unwrap().clone();
+    // While its handler is suspended the supervisor defers its decisions.
+    let (gate, suspended) = tokio::sync::oneshot::channel();
+    s.tell(Suspend(suspended)).unwrap();
+    run_all(&system);
+    rx.until("sup suspended");
+    for k in &kids {
+        k.tell(Fail).unwrap();
+        run_all(&system);
+    }
+    rx.until("b failing");
+    gate.send(()).unwrap();
+    run_all(&system);
+    // The first deferred failure starts one restart of both; the second
+    // joins it and is answered by it (b is restarted anyway).
+    assert_eq!(
+        rx.drain(),
+        vec![
+            "b before_restart",
+            "a before_restart",
+            "a started",
+            "b started"
+        ]
+    );
+    let pings: Vec<_> = kids.iter().map(|k| k.ask(Ping)).collect();
+    let sup_ping = s.ask(Ping);
+    run_all(&system);
+    assert_eq!(common::block_on(sup_ping), Ok("pong"));
+    for p in pings {
+        assert_eq!(common::block_on(p), Ok("pong"));
+    }
+    assert!(s.is_alive());
 }

@@ -65,7 +65,11 @@ impl Message for crate::api::exit::Exited {
 ///    on it (by default it calls `started`). The mailbox and the
 ///    [`ActorRef`](crate::ActorRef) survive a restart; the message being
 ///    handled when it failed is dropped (an `ask` for it fails with
-///    [`AskError::NoReply`](crate::AskError::NoReply));
+///    [`AskError::NoReply`](crate::AskError::NoReply)). Under one-for-all
+///    and rest-for-one the siblings restart too, one at a time: each
+///    affected child runs `before_restart` and is dropped in reverse start
+///    order, then each is rebuilt and runs `after_restart` in start order
+///    (see [`supervision`](crate::supervision));
 /// 4. on stop: [`stopping`](Actor::stopping) while children still run, then
 ///    children are stopped and awaited, then [`stopped`](Actor::stopped),
 ///    then the actor is dropped, queued messages go to dead letters, and

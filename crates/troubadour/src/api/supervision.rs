@@ -10,7 +10,7 @@
 //!
 //! * the restart is counted; if more than `max_restarts` happened within
 //!   `within`, the parent fails itself with
-//!   [`ExitReason::RestartLimit`](crate::ExitReason::RestartLimit), which
+//!   [`ExitReason::RestartLimit`], which
 //!   stops all its children and escalates to *its* supervisor;
 //! * otherwise the children chosen by [`Strategy`] are restarted: each runs
 //!   `before_restart`, stops its own children, is rebuilt from its factory
@@ -24,7 +24,7 @@
 //! `after_restart` returns before the next child is built), because later
 //! children may depend on earlier ones. A child that is never restarted
 //! (spawned from a value, or [`Restart::Temporary`]) is stopped with
-//! [`ExitReason::Shutdown`](crate::ExitReason::Shutdown) and not started
+//! [`ExitReason::Shutdown`] and not started
 //! again. Failures of other children reported while such a restart is under
 //! way are decided when it is done, each counted against the intensity (one
 //! of a child the restart terminated anyway is forgotten, as OTP ignores an
@@ -223,7 +223,13 @@ impl<C: ChildId + Clone> RestartPlan<C> {
 /// When a child is restarted (Erlang's child `restart` type).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Restart {
-    /// Restarted after any exit it causes itself, normal ones included.
+    /// Restarted after any exit, normal ones included: a failure, its own
+    /// [`Context::stop`](crate::Context::stop), or
+    /// [`ActorRef::stop`](crate::ActorRef::stop) from anyone (OTP). Only its
+    /// supervisor stops it for good:
+    /// [`Context::terminate_child`](crate::Context::terminate_child),
+    /// [`SystemHandle::terminate`](crate::SystemHandle::terminate), or the
+    /// stop of the supervisor or the system.
     Permanent,
     /// Restarted after a failure (not after a normal stop). The default for
     /// actors spawned from a factory.

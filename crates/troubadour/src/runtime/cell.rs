@@ -39,6 +39,16 @@ use std::sync::Arc;
 use std::task::{Poll, Wake, Waker};
 
 /// Where an actor is in its life. Consumer-only.
+///
+/// | from | on | to |
+/// |---|---|---|
+/// | `Starting` | its first turn (`started` runs before any signal) | `Running` |
+/// | `Running` | a failure of a restartable actor | `Failed` (parent told `ChildFailed`) |
+/// | `Running`, `Failed` | a stop; a one-for-one `Restart` | `Draining` while children stop, then `Stopped`; or rebuilt, `Running` |
+/// | `Running`, `Failed` | `StopForRestart` (one-for-all, rest-for-one) | `Draining` while children stop, then `Parked` (parent told `ChildParked`) |
+/// | `Parked` | `StartNow` | `Running` (parent told `ChildStarted`) |
+/// | `Failed`, `Parked` | another failure, kill or exit signal | unchanged: the supervisor's decision follows |
+/// | any | a stop that sticks, a kill of a non-restartable actor | `Stopped` (`CLOSED`) |
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(crate) enum Phase {
     /// Spawned; `started` has not run.

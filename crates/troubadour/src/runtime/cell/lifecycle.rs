@@ -78,16 +78,7 @@ impl<A: Actor> ActorCell<A> {
                     .extras()
                     .watchers
                     .retain(|w| !matches!(w, Watcher::Actor { watcher: id, .. } if *id == watcher)),
-                Signal::ChildFailed { id, reason } => match self.extras().plan.as_mut() {
-                    // One thing at a time, as an OTP supervisor: decided after
-                    // the restart under way.
-                    Some(plan) => {
-                        if plan.failed(id, reason) {
-                            self.advance_plan();
-                        }
-                    }
-                    None => self.on_child_failed(id, reason),
-                },
+                Signal::ChildFailed { id, reason } => self.on_child_failed(id, reason),
                 Signal::ChildExited { id, .. } => {
                     let extras = self.extras();
                     extras.children.remove(&id);
@@ -721,6 +712,15 @@ impl<A: Actor> ActorCell<A> {
                 return;
             }
             let extras = self.extras();
+            if let Some(plan) = extras.plan.as_mut() {
+                // One thing at a time, as an OTP supervisor: decided after
+                // the restart under way, whichever path the failure took
+                // (a signal, or a decision deferred by a suspended handler).
+                if plan.failed(child, reason) {
+                    self.advance_plan();
+                }
+                return;
+            }
             if !extras.children.contains_key(&child) || extras.terminating.contains(&child) {
                 // Gone, or being terminated for good: nothing to decide.
                 return;

@@ -77,7 +77,9 @@ impl SystemHandle {
     ///
     /// Fails with [`TerminateError::NotAChild`] for an actor spawned by
     /// another actor (its parent terminates it, with
-    /// [`Context::terminate_child`](crate::Context::terminate_child)).
+    /// [`Context::terminate_child`](crate::Context::terminate_child)), one
+    /// of another system, or a [`LocalActor`](crate::LocalActor) not yet
+    /// spawned.
     /// [`ActorRef::stop`] instead is a normal exit, after which a
     /// [`Restart::Permanent`](crate::Restart::Permanent) actor is restarted.
     pub fn terminate<A: Actor>(&self, actor: &ActorRef<A>) -> Result<(), TerminateError> {
