@@ -116,7 +116,8 @@ impl<A: Actor> ActorRef<A> {
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
             }
-            self.cell.enqueue(envelope::<A, M, K>(msg, None));
+            // SAFETY: a fresh node for this actor type, given up here.
+            unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
             Ok(())
         } else {
             self.tell(msg)
@@ -153,7 +154,8 @@ impl<A: Actor> ActorRef<A> {
             self.take_permit(msg)?
         };
         let ask = reply.is_some();
-        self.cell.hold(envelope::<A, M, K>(msg, reply), name, ask);
+        // SAFETY: a fresh node for this actor type, given up here.
+        unsafe { self.cell.hold(envelope::<A, M, K>(msg, reply), name, ask) };
         Ok(())
     }
 
@@ -181,7 +183,8 @@ impl<A: Actor> ActorRef<A> {
             return self.send_rare::<M, K>(msg, None, false);
         }
         let msg = self.take_permit(msg)?;
-        self.cell.enqueue(envelope::<A, M, K>(msg, None));
+        // SAFETY: a fresh node for this actor type, given up here.
+        unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
         Ok(())
     }
 
@@ -209,7 +212,8 @@ impl<A: Actor> ActorRef<A> {
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
             }
-            self.cell.enqueue(envelope::<A, M, K>(msg, None));
+            // SAFETY: a fresh node for this actor type, given up here.
+            unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
             Ok(())
         } else {
             self.tell(msg)
@@ -237,7 +241,8 @@ impl<A: Actor> ActorRef<A> {
             match self.take_permit(msg) {
                 Ok(msg) => {
                     let (tx, rx) = oneshot::channel();
-                    self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx)));
+                    // SAFETY: a fresh node for this actor type, given up here.
+                    unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx))) };
                     AskState::Waiting(rx)
                 }
                 Err(e) => AskState::Failed(Some(e.into())),

@@ -229,22 +229,38 @@ impl<A: Actor> ActorCell<A> {
     /// A send to a held actor: the node goes to the system's outbox, or
     /// straight in once the system is shutting down (nobody will deliver
     /// it any more).
-    pub(crate) fn hold(self: &Arc<Self>, env: *mut Envelope<A>, message: &'static str, ask: bool) {
+    ///
+    /// # Safety
+    /// `env` is a live node built for this actor type (by `envelope` or one
+    /// of its siblings) and owned by the caller, who gives it up here.
+    pub(crate) unsafe fn hold(
+        self: &Arc<Self>,
+        env: *mut Envelope<A>,
+        message: &'static str,
+        ask: bool,
+    ) {
         let core = &self.system;
         match core.outbox() {
             Some(outbox) if !core.is_shutting_down() => {
                 let from = core.scheduler.current_actor();
-                let held = InFlight::new(from, self.clone(), env, message, ask);
+                // SAFETY: the node is ours to give (contract).
+                let held = unsafe { InFlight::new(from, self.clone(), env, message, ask) };
                 outbox.lock().unwrap_or_else(|p| p.into_inner()).push(held);
             }
-            _ => self.enqueue(env),
+            // SAFETY: as above.
+            _ => unsafe { self.enqueue(env) },
         }
     }
 
     /// Enqueues a built message node and makes sure someone will run it.
+    ///
+    /// # Safety
+    /// `env` is a live node built for this actor type (by `envelope` or one
+    /// of its siblings) and owned by the caller, who gives it up here.
     #[inline]
-    pub(crate) fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
-        // SAFETY: `env` is a fresh node we own; the cell is pinned in its Arc.
+    pub(crate) unsafe fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
+        // SAFETY: `env` is a live node we own (contract); the cell is pinned
+        // in its Arc.
         unsafe { self.mailbox.push(Envelope::as_link(env)) };
         self.notify(0);
     }
@@ -474,9 +490,14 @@ impl<A: Actor> ActorCell<A> {
     /// A context for user code on this actor's turn. It is only a pointer;
     /// made from the `Arc` so it may mint new references to the cell.
     #[inline]
-    pub(crate) fn context(self: &Arc<Self>) -> Context<A> {
-        // SAFETY: `Arc::as_ptr` is never null.
-        Context::new(unsafe { NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self) })
+    ///
+    /// # Safety
+    /// The context touches consumer state: it is used only while the
+    /// caller holds the consumer role.
+    pub(crate) unsafe fn context(self: &Arc<Self>) -> Context<A> {
+        // SAFETY: `Arc::as_ptr` is never null; the cell lives in an `Arc`;
+        // the use of the context is the caller's contract.
+        unsafe { Context::new(NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self)) }
     }
 
     /// Drops the actor (once), catching a panic in its `Drop`.

@@ -62,7 +62,11 @@ pub struct Context<A: Actor> {
 unsafe impl<A: Actor> Send for Context<A> {}
 
 impl<A: Actor> Context<A> {
-    pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
+    /// # Safety
+    /// `cell` points to a cell inside an `Arc` that outlives the context,
+    /// and the context is used only by the holder of the cell's consumer
+    /// role (its methods touch consumer state).
+    pub(crate) unsafe fn new(cell: NonNull<ActorCell<A>>) -> Self {
         Context { cell, dirty: false }
     }
 

@@ -110,9 +110,11 @@ impl<A: Actor> LocalActor<A> {
         let Some(cell) = self.live_cell() else {
             return Err(SendError::Stopped(msg));
         };
-        let mut ctx = cell.context();
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
-        // touches the actor or its context.
+        // touches the actor or its context; no handler is suspended
+        // (`finish_suspended` above).
+        let mut ctx = unsafe { cell.context() };
+        // SAFETY: as above.
         let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut ctx) };
         if ctx.take_dirty() || !cell.signals_look_empty() {
             self.settle();

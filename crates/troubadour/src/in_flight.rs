@@ -72,7 +72,10 @@ pub(crate) trait Deliver: Send {
 }
 
 impl InFlight {
-    pub(crate) fn new<A: Actor>(
+    /// # Safety
+    /// `env` is a live node built for `A`, owned by the caller, who gives it
+    /// up here.
+    pub(crate) unsafe fn new<A: Actor>(
         from: Option<ActorId>,
         cell: Arc<ActorCell<A>>,
         env: *mut Envelope<A>,
@@ -164,15 +167,21 @@ unsafe impl<A: Actor> Send for Held<A> {}
 impl<A: Actor> Deliver for Held<A> {
     fn deliver(mut self: Box<Self>, how: Delivery) {
         let env = std::mem::replace(&mut self.env, std::ptr::null_mut());
-        match how {
-            Delivery::Normal => self.cell.enqueue(env),
-            Delivery::Panic(message) => {
-                self.cell
-                    .enqueue(injected(InjectedFault::Panic(message), env));
+        // SAFETY: `env` is a live node for `A` that this value owned alone
+        // (`InFlight::new`'s contract) and gives up here, once: the null
+        // left behind keeps `Drop` from discarding it again. A fault node
+        // built from it is fresh and ours to give in turn.
+        unsafe {
+            match how {
+                Delivery::Normal => self.cell.enqueue(env),
+                Delivery::Panic(message) => {
+                    self.cell
+                        .enqueue(injected(InjectedFault::Panic(message), env));
+                }
+                // One node either way, so a bounded mailbox's permit (taken at
+                // the send) is returned exactly once, when it is taken out.
+                Delivery::StopFirst => self.cell.enqueue(injected(InjectedFault::Stop, env)),
             }
-            // One node either way, so a bounded mailbox's permit (taken at
-            // the send) is returned exactly once, when it is taken out.
-            Delivery::StopFirst => self.cell.enqueue(injected(InjectedFault::Stop, env)),
         }
     }
 
