@@ -97,7 +97,7 @@ mod timer;
 
 pub use actor::{Actor, AsyncHandler, Handler, Message};
 pub use actor_ref::{ActorRef, Ask, Recipient};
-pub use context::Context;
+pub use context::{Context, DeferredReply};
 pub use crash_report::CrashReports;
 pub use dead_letters::DeadLetter;
 pub use direct::LocalActor;

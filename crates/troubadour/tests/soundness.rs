@@ -400,3 +400,87 @@ fn a_child_failing_while_its_supervisor_awaits_is_decided_after_the_handler() {
     );
     assert_eq!(alive.wait(), Ok(true), "the child was restarted");
 }
+
+// ---- Deferred replies: an explicit handle on the asker ------------------
+
+/// Takes over the reply of every `Take` and answers them on `Put`; `Peek`
+/// (same reply type) tries to take a `Take`'s reply and must get none.
+struct Slot {
+    waiting: Vec<troubadour::DeferredReply<u32>>,
+    told: usize,
+}
+impl Actor for Slot {}
+
+struct Take;
+impl Message for Take {
+    type Reply = u32;
+}
+impl Handler<Take> for Slot {
+    fn handle(&mut self, _: Take, ctx: &mut Context<Self>) -> u32 {
+        match ctx.defer_reply::<Take>() {
+            Some(reply) => self.waiting.push(reply),
+            None => self.told += 1,
+        }
+        // A second call finds the reply taken.
+        assert!(ctx.defer_reply::<Take>().is_none());
+        0 // discarded when the reply was taken over
+    }
+}
+
+struct Peek;
+impl Message for Peek {
+    type Reply = u32;
+}
+impl Handler<Peek> for Slot {
+    fn handle(&mut self, _: Peek, ctx: &mut Context<Self>) -> u32 {
+        // Not the message being handled: no reply to take.
+        assert!(ctx.defer_reply::<Take>().is_none());
+        self.waiting.len() as u32 * 1000 + self.told as u32
+    }
+}
+
+struct Put(Option<u32>);
+impl Message for Put {
+    type Reply = ();
+}
+impl Handler<Put> for Slot {
+    fn handle(&mut self, Put(n): Put, _: &mut Context<Self>) {
+        for reply in self.waiting.drain(..) {
+            if let Some(n) = n {
+                let _ = reply.send(n);
+            } // else dropped unanswered
+        }
+    }
+}
+
+#[test]
+fn a_deferred_reply_reaches_its_asker_when_sent() {
+    let system = ActorSystem::new();
+    let slot = system
+        .spawn(Slot {
+            waiting: vec![],
+            told: 0,
+        })
+        .unwrap();
+    let first = slot.ask(Take);
+    let second = slot.ask(Take);
+    slot.tell(Take).unwrap(); // told: nothing to defer
+    assert_eq!(slot.ask(Peek).timeout(LIVENESS).wait(), Ok(2001));
+    slot.tell(Put(Some(7))).unwrap();
+    assert_eq!(first.timeout(LIVENESS).wait(), Ok(7));
+    assert_eq!(second.timeout(LIVENESS).wait(), Ok(7));
+}
+
+#[test]
+fn a_deferred_reply_dropped_unanswered_ends_the_ask() {
+    let system = ActorSystem::new();
+    let slot = system
+        .spawn(Slot {
+            waiting: vec![],
+            told: 0,
+        })
+        .unwrap();
+    let asked = slot.ask(Take);
+    slot.tell(Put(None)).unwrap();
+    assert_eq!(asked.timeout(LIVENESS).wait(), Err(AskError::NoReply));
+}
