@@ -49,10 +49,11 @@
 //! * A panic fails only its actor; its supervisor restarts it or escalates
 //!   ([`supervision`]).
 //! * Control signals (stop, kill, untrapped exit signals, supervision)
-//!   overtake queued user messages. What a monitor or a trapped link
-//!   delivers as a message ([`Down`], [`Exited`]) keeps per-pair order: it
-//!   comes after the messages the stopped actor sent before it stopped, and
-//!   a bounded mailbox never refuses it.
+//!   overtake queued user messages; [`ActorRef::stop_gracefully`] handles
+//!   what is queued first. What a monitor or a trapped link delivers as a
+//!   message ([`Down`], [`Exited`]) keeps per-pair order: it comes after the
+//!   messages the stopped actor sent before it stopped, and a bounded
+//!   mailbox never refuses it.
 //!
 //! ## Map
 //!
@@ -60,7 +61,8 @@
 //! implement; [`ActorSystem`] and [`SystemHandle`] spawn and look up;
 //! [`ActorRef`] and [`Recipient`] send; [`Context`] is what a handler can do
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
-//! drives an actor by direct calls.
+//! drives an actor by direct calls. A closure with its state is an actor
+//! too ([`SystemHandle::spawn_fn`], [`FnActor`]).
 #![warn(missing_docs)]
 // The unsafe kernel's discipline: an `unsafe fn`'s body is not one big
 // unsafe block, and every unsafe block says why it is sound.
@@ -69,59 +71,46 @@
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
 
-mod actor;
-mod actor_ref;
-mod blocking;
-mod cell;
-mod context;
-mod crash_report;
-mod dead_letters;
-mod direct;
-mod envelope;
-mod error;
-mod exit;
-mod in_flight;
-mod mailbox;
-mod mailbox_bound;
-mod node_id;
-mod nodes;
-mod registry;
-mod run_state;
-mod scheduler;
-mod signal;
-mod spawn;
-pub mod supervision;
-mod sync;
-mod system;
-mod timer;
+// Layers, imports running downwards: what users hold and implement
+// (`api`), the runtime behind it, the lock-free primitives it builds on,
+// and the divert seam for simulations and the network. See ARCHITECTURE.md.
+mod api;
+mod primitives;
+mod runtime;
+mod simulation;
 
-pub use actor::{Actor, AsyncHandler, Handler, Message};
-pub use actor_ref::{ActorRef, Ask, Recipient};
-pub use context::{Context, DeferredReply};
-pub use crash_report::CrashReports;
-pub use dead_letters::DeadLetter;
-pub use direct::LocalActor;
-pub use envelope::{Awaiting, Handles, Immediate};
-#[doc(hidden)]
-pub use envelope::{Envelope, EnvelopeVTable};
-pub use error::{
-    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
+pub use api::supervision;
+pub use simulation::divert;
+
+pub use api::actor::{Actor, AsyncHandler, Handler, Message};
+pub use api::actor_ref::{ActorRef, Ask, Recipient};
+pub use api::context::{Context, DeferredReply};
+pub use api::direct::LocalActor;
+pub use api::error::{
+    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TerminateError,
+    TimeError,
 };
-pub use exit::{ActorId, Down, ExitReason, Exited};
-pub use in_flight::InFlight;
-pub use node_id::NodeId;
-pub use scheduler::TurnRun;
-pub use spawn::{Mailbox, SpawnOptions};
-pub use supervision::{Restart, Strategy, SupervisorStrategy};
-pub use system::{ActorSystem, ActorSystemBuilder, SystemHandle};
-pub use timer::{Sleep, TimerRef};
+pub use api::exit::{ActorId, Down, ExitReason, Exited};
+pub use api::fn_actor::FnActor;
+pub use api::node_id::NodeId;
+pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
+pub use runtime::crash_report::CrashReports;
+pub use runtime::dead_letters::DeadLetter;
+pub use runtime::envelope::{Awaiting, Handles, Immediate};
+#[doc(hidden)]
+pub use runtime::envelope::{Envelope, EnvelopeVTable};
+pub use runtime::scheduler::TurnRun;
+pub use runtime::spawn::{Mailbox, SpawnOptions};
+pub use runtime::system::{ActorSystem, ActorSystemBuilder, SystemHandle};
+pub use runtime::timer::{Sleep, TimerRef};
+pub use simulation::in_flight::InFlight;
 
 /// Everything a typical actor program uses.
 pub mod prelude {
     pub use crate::{
         Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down, ExitReason,
-        Exited, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError, SpawnOptions,
-        Strategy, SupervisorStrategy, SystemHandle,
+        Exited, FnActor, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError,
+        SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
     };
 }
 
@@ -136,8 +125,8 @@ struct ReadmeExample;
 #[allow(missing_docs)]
 pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
-    pub use crate::mailbox::{Link, Pop, Queue, SignalStack};
-    pub use crate::nodes::SlabCount;
-    pub use crate::run_state::{Notify, RunState, CLOSED, SCHEDULED};
-    pub use crate::scheduler::{Idle, NextSlot};
+    pub use crate::primitives::mailbox::{Link, Pop, Queue, SignalStack};
+    pub use crate::primitives::nodes::SlabCount;
+    pub use crate::primitives::run_state::{Notify, RunState, CLOSED, SCHEDULED};
+    pub use crate::runtime::scheduler::{Idle, NextSlot};
 }
