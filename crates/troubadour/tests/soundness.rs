@@ -505,7 +505,10 @@ fn a_graceful_stop_handles_what_was_queued_then_stops() {
     logger.tell(Item(1)).unwrap();
     logger.tell(Item(2)).unwrap();
     logger.stop_gracefully();
-    assert!(logger.tell(Item(3)).is_err(), "refused after the graceful stop");
+    assert!(
+        logger.tell(Item(3)).is_err(),
+        "refused after the graceful stop"
+    );
     run_all(&system);
     assert_eq!(system.block_on(logger.wait_stopped()), ExitReason::Normal);
     assert_eq!(*got.lock().unwrap(), [1, 2]);
