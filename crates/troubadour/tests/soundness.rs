@@ -106,12 +106,14 @@ fn local_handle_async_waits_for_a_suspended_handler() {
 fn local_actor_state_is_not_lent_out_while_a_handler_is_suspended() {
     let system = ActorSystem::new();
     let (mut local, open) = tally_suspended(&system);
+    assert!(local.is_suspended());
     assert!(
         local.actor().is_none(),
         "the suspended handler's future holds the state mutably"
     );
     open.send(()).unwrap();
     local.run_pending();
+    assert!(!local.is_suspended());
     assert_eq!(local.actor().map(|t| t.n), Some(1));
 }
 
