@@ -83,6 +83,11 @@ impl SpawnOptions {
     /// Runs the actor on a thread of its own, so its handlers may block
     /// (file I/O, a synchronous database driver, heavy computation) without
     /// stalling other actors.
+    ///
+    /// Without it, a handler that blocks holds its worker thread, and the
+    /// actor it last sent to (which waits in that worker's next-actor slot,
+    /// to run on the core that wrote its message) starts only when the
+    /// handler returns or another worker goes looking for work.
     pub fn blocking(mut self) -> Self {
         self.blocking = true;
         self
