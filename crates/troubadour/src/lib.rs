@@ -84,7 +84,7 @@ pub use simulation::divert;
 
 pub use api::actor::{Actor, AsyncHandler, Handler, Message};
 pub use api::actor_ref::{ActorRef, Ask, Recipient};
-pub use api::context::Context;
+pub use api::context::{Context, DeferredReply};
 pub use api::direct::LocalActor;
 pub use api::error::{
     AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TerminateError,

@@ -16,6 +16,34 @@ use std::sync::Arc;
 use std::task::Waker;
 use std::time::{Duration, Instant};
 
+/// The reply to an `ask`, taken over by its handler with
+/// [`Context::defer_reply`] to be sent later, from anywhere.
+#[must_use = "dropping it answers the asker with AskError::NoReply"]
+pub struct DeferredReply<R> {
+    tx: crate::runtime::envelope::ReplyTo<R>,
+}
+
+impl<R> DeferredReply<R> {
+    /// Answers the asker. `Err(reply)` if nobody waits any more (the asker
+    /// gave up or timed out).
+    pub fn send(self, reply: R) -> Result<(), R> {
+        self.tx.send(reply)
+    }
+
+    /// Whether the asker has stopped waiting.
+    pub fn is_closed(&self) -> bool {
+        self.tx.is_closed()
+    }
+}
+
+impl<R> std::fmt::Debug for DeferredReply<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeferredReply")
+            .field("closed", &self.is_closed())
+            .finish()
+    }
+}
+
 /// The handle a handler gets to its own actor and to the system.
 ///
 /// It is a pointer to the actor's cell; methods act on the actor's own turn,
@@ -62,7 +90,11 @@ pub struct Context<A: Actor> {
 unsafe impl<A: Actor> Send for Context<A> {}
 
 impl<A: Actor> Context<A> {
-    pub(crate) fn new(cell: NonNull<ActorCell<A>>) -> Self {
+    /// # Safety
+    /// `cell` points to a cell inside an `Arc` that outlives the context,
+    /// and the context is used only by the holder of the cell's consumer
+    /// role (its methods touch consumer state).
+    pub(crate) unsafe fn new(cell: NonNull<ActorCell<A>>) -> Self {
         Context { cell, dirty: false }
     }
 
@@ -408,7 +440,8 @@ impl<A: Actor> Context<A> {
     /// the first message stashed by this handler whose type is the handled
     /// message's type. A message of any other type is stashed without a
     /// reply channel, even if its reply type is the same: the asker always
-    /// gets the reply of the message it asked.
+    /// gets the reply of the message it asked. To answer later without
+    /// stashing, take the reply with [`defer_reply`](Self::defer_reply).
     pub fn stash<M, K>(&mut self, msg: M)
     where
         M: Message,
@@ -418,6 +451,52 @@ impl<A: Actor> Context<A> {
         let env = envelope_alone::<A, M, K>(msg, reply);
         // SAFETY: the actor's own turn.
         unsafe { self.cell().extras().stash.push_back(env) };
+    }
+
+    /// Takes over the reply to the `ask` being handled, to answer it later
+    /// with [`DeferredReply::send`] (Erlang's `{noreply, State}` and
+    /// `gen_server:reply(From, Reply)`): the value the handler returns is
+    /// then discarded. `M` is the type of the message being handled. `None`
+    /// if it was told rather than asked, if its reply was already taken (by
+    /// an earlier call or a [`stash`](Self::stash)), or outside that
+    /// message's handler. (In an [`AsyncHandler`](crate::AsyncHandler):
+    /// before its first `.await`.)
+    ///
+    /// The asker still gets an answer if the handle is dropped unanswered
+    /// or the actor stops: [`AskError::NoReply`](crate::AskError::NoReply).
+    ///
+    /// ```
+    /// use troubadour::prelude::*;
+    /// use troubadour::DeferredReply;
+    ///
+    /// /// Answers `Take` when a `Put` arrives.
+    /// struct Slot { waiting: Vec<DeferredReply<u32>> }
+    /// impl Actor for Slot {}
+    /// struct Take;
+    /// impl Message for Take { type Reply = u32; }
+    /// struct Put(u32);
+    /// impl Message for Put { type Reply = (); }
+    /// impl Handler<Take> for Slot {
+    ///     fn handle(&mut self, _: Take, ctx: &mut Context<Self>) -> u32 {
+    ///         self.waiting.extend(ctx.defer_reply::<Take>());
+    ///         0 // discarded
+    ///     }
+    /// }
+    /// impl Handler<Put> for Slot {
+    ///     fn handle(&mut self, Put(n): Put, _: &mut Context<Self>) {
+    ///         for reply in self.waiting.drain(..) { let _ = reply.send(n); }
+    ///     }
+    /// }
+    ///
+    /// let system = ActorSystem::new();
+    /// let slot = system.spawn(Slot { waiting: vec![] })?;
+    /// let taken = slot.ask(Take);
+    /// slot.tell(Put(7))?;
+    /// assert_eq!(taken.wait()?, 7);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn defer_reply<M: Message>(&mut self) -> Option<DeferredReply<M::Reply>> {
+        take_current_reply::<M>(self.cell_addr()).map(|tx| DeferredReply { tx })
     }
 
     /// Replays every stashed message, oldest first, before any message still

@@ -45,7 +45,8 @@ use std::sync::Arc;
 /// wait on this thread for that handler to finish, so the direct message is
 /// handled after it, and [`actor`](Self::actor) returns `None`. If what the
 /// suspended handler waits for can only happen on this thread, that wait
-/// never ends: resume it with `run_pending` instead.
+/// never ends: check [`is_suspended`](Self::is_suspended) and resume it with
+/// `run_pending` instead.
 pub struct LocalActor<A: Actor> {
     cell: Option<Arc<ActorCell<A>>>,
     system: SystemHandle,
@@ -111,10 +112,10 @@ impl<A: Actor> LocalActor<A> {
             return Err(SendError::Stopped(msg));
         };
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
-        // touches the actor or its context.
+        // touches the actor or its context; no handler is suspended
+        // (`finish_suspended` above).
         let mut ctx = unsafe { cell.context() };
-        // SAFETY: we hold the consumer role and `&mut self`, so nothing else
-        // touches the actor or its context.
+        // SAFETY: as above.
         let reply = unsafe { A::handle(cell.actor_mut(), msg, &mut ctx) };
         if ctx.take_dirty() || !cell.signals_look_empty() {
             self.settle();
@@ -166,6 +167,16 @@ impl<A: Actor> LocalActor<A> {
     /// called handler's panic is the caller's, as any call's would be.
     fn crash_reports(&self) -> crate::runtime::crash_report::ActorThread {
         crate::runtime::crash_report::actor_thread(self.system.core().scheduler.crash_reports())
+    }
+
+    /// Whether an async handler queued through [`run_pending`](Self::run_pending)
+    /// is suspended in the actor, waiting to be woken. While it is, a
+    /// direct call waits for it and [`actor`](Self::actor) returns `None`.
+    pub fn is_suspended(&self) -> bool {
+        // SAFETY: we hold the consumer role.
+        self.cell
+            .as_ref()
+            .is_some_and(|c| unsafe { c.has_suspended() })
     }
 
     /// The actor's state, while it has not stopped and no async handler is

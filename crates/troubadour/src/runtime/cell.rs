@@ -294,7 +294,8 @@ impl<A: Actor> ActorCell<A> {
     /// of its siblings) and owned by the caller, who gives it up here.
     #[inline]
     pub(crate) unsafe fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
-        // SAFETY: `env` is a fresh node we own; the cell is pinned in its Arc.
+        // SAFETY: `env` is a live node we own (contract); the cell is pinned
+        // in its Arc.
         unsafe { self.mailbox.push(Envelope::as_link(env)) };
         self.notify(0);
     }
@@ -516,8 +517,9 @@ impl<A: Actor> ActorCell<A> {
     /// caller holds the consumer role.
     #[inline]
     pub(crate) unsafe fn context(self: &Arc<Self>) -> Context<A> {
-        // SAFETY: `Arc::as_ptr` is never null.
-        Context::new(unsafe { NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self) })
+        // SAFETY: `Arc::as_ptr` is never null; the cell lives in an `Arc`;
+        // the use of the context is the caller's contract.
+        unsafe { Context::new(NonNull::new_unchecked(Arc::as_ptr(self) as *mut Self)) }
     }
 
     /// Drops the actor's state, if it has any. A panic in its `Drop` is

@@ -302,7 +302,11 @@ impl<A: crate::Actor> InjectedVTable for A {
 }
 
 /// Builds a fault node. `victim` (owned) is freed when the node is.
-pub(crate) fn injected<A: crate::Actor>(
+///
+/// # Safety
+/// `victim` is a live node built for `A`, owned by the caller, who gives it
+/// up here.
+pub(crate) unsafe fn injected<A: crate::Actor>(
     fault: InjectedFault,
     victim: *mut Envelope<A>,
 ) -> *mut Envelope<A> {
@@ -547,7 +551,10 @@ impl<A: crate::Actor> Default for EnvelopeQueue<A> {
 }
 
 impl<A: crate::Actor> EnvelopeQueue<A> {
-    pub(crate) fn push_back(&mut self, p: *mut Envelope<A>) {
+    /// # Safety
+    /// `p` is a live node built for `A`, owned by the caller, who gives it
+    /// up here (the queue discards what it still holds when dropped).
+    pub(crate) unsafe fn push_back(&mut self, p: *mut Envelope<A>) {
         self.items.push_back(p);
     }
     pub(crate) fn pop_front(&mut self) -> Option<*mut Envelope<A>> {

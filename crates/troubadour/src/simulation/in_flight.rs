@@ -70,7 +70,10 @@ pub(crate) trait Deliver: Send {
 }
 
 impl InFlight {
-    pub(crate) fn new<A: Actor>(
+    /// # Safety
+    /// `env` is a live node built for `A`, owned by the caller, who gives it
+    /// up here.
+    pub(crate) unsafe fn new<A: Actor>(
         from: Option<ActorId>,
         cell: Arc<ActorCell<A>>,
         env: *mut Envelope<A>,
