@@ -234,6 +234,27 @@ impl fmt::Display for TimeError {
 
 impl std::error::Error for TimeError {}
 
+/// Why an [`Inbox`](crate::Inbox) receive ended without a message.
+///
+/// `#[non_exhaustive]`: later versions may add reasons, so a `match`
+/// outside this crate needs a `_` arm.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvError {
+    /// No message arrived within the timeout (Erlang's `after` clause).
+    Timeout(Duration),
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvError::Timeout(d) => write!(f, "no message arrived in the inbox within {d:?}"),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
 /// Why an [`ActorSystem`](crate::ActorSystem) could not be built.
 #[derive(Debug)]
 #[non_exhaustive]

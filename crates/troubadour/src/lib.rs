@@ -59,7 +59,8 @@
 //! [`ActorRef`] and [`Recipient`] send; [`Context`] is what a handler can do
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
 //! drives an actor by direct calls. A closure with its state is an actor
-//! too ([`SystemHandle::spawn_fn`], [`FnActor`]).
+//! too ([`SystemHandle::spawn_fn`], [`FnActor`]), and code that is not an
+//! actor gets an address with an [`Inbox`].
 #![warn(missing_docs)]
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
@@ -78,6 +79,7 @@ mod exit;
 mod fn_actor;
 mod graceful;
 mod in_flight;
+mod inbox;
 mod mailbox;
 mod node_id;
 mod nodes;
@@ -101,11 +103,12 @@ pub use envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use envelope::{Envelope, EnvelopeVTable};
 pub use error::{
-    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
+    AskError, BuildError, RecvError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
 };
 pub use exit::{ActorId, Down, ExitReason, Exited};
 pub use fn_actor::FnActor;
 pub use in_flight::InFlight;
+pub use inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
 pub use node_id::NodeId;
 pub use scheduler::TurnRun;
 pub use spawn::{Mailbox, SpawnOptions};
@@ -117,8 +120,8 @@ pub use timer::{Sleep, TimerRef};
 pub mod prelude {
     pub use crate::{
         Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down, ExitReason,
-        Exited, FnActor, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError,
-        SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
+        Exited, FnActor, Handler, Inbox, LocalActor, Mailbox, Message, Recipient, RecvError,
+        Restart, SendError, SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
     };
 }
 
