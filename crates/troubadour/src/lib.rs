@@ -62,7 +62,8 @@
 //! [`ActorRef`] and [`Recipient`] send; [`Context`] is what a handler can do
 //! (spawn children, stop, link, monitor, timers, stash); [`LocalActor`]
 //! drives an actor by direct calls. A closure with its state is an actor
-//! too ([`SystemHandle::spawn_fn`], [`FnActor`]).
+//! too ([`SystemHandle::spawn_fn`], [`FnActor`]), and code that is not an
+//! actor gets an address with an [`Inbox`].
 #![warn(missing_docs)]
 // The unsafe kernel's discipline: an `unsafe fn`'s body is not one big
 // unsafe block, and every unsafe block says why it is sound.
@@ -87,11 +88,12 @@ pub use api::actor_ref::{ActorRef, Ask, Recipient};
 pub use api::context::{Context, DeferredReply};
 pub use api::direct::LocalActor;
 pub use api::error::{
-    AskError, BuildError, RegistryError, SendError, ShutdownError, SpawnError, TerminateError,
-    TimeError,
+    AskError, BuildError, RecvError, RegistryError, SendError, ShutdownError, SpawnError,
+    TerminateError, TimeError,
 };
 pub use api::exit::{ActorId, Down, ExitReason, Exited};
 pub use api::fn_actor::FnActor;
+pub use api::inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
 pub use api::node_id::NodeId;
 pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
 pub use runtime::crash_report::CrashReports;
@@ -109,8 +111,8 @@ pub use simulation::in_flight::InFlight;
 pub mod prelude {
     pub use crate::{
         Actor, ActorId, ActorRef, ActorSystem, AskError, AsyncHandler, Context, Down, ExitReason,
-        Exited, FnActor, Handler, LocalActor, Mailbox, Message, Recipient, Restart, SendError,
-        SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
+        Exited, FnActor, Handler, Inbox, LocalActor, Mailbox, Message, Recipient, RecvError,
+        Restart, SendError, SpawnOptions, Strategy, SupervisorStrategy, SystemHandle,
     };
 }
 

@@ -365,3 +365,200 @@ fn function_actors_spawn_function_children_and_supervise_them() {
     assert_eq!(within(&system, child.wait_stopped()), ExitReason::Shutdown);
     assert_eq!(within(&system, parent.wait_stopped()), ExitReason::Normal);
 }
+
+// ---- inbox --------------------------------------------------------------
+
+#[derive(Debug, PartialEq)]
+struct Note(u32);
+impl Message for Note {
+    type Reply = ();
+}
+
+struct Question(u32);
+impl Message for Question {
+    type Reply = u32;
+}
+
+/// An actor that talks to an inbox: tells it notes, and asks it questions
+/// from an async handler (the answer comes from whoever owns the inbox).
+struct Colleague {
+    notes: Recipient<Note>,
+    questions: Recipient<Question>,
+}
+impl Actor for Colleague {}
+
+struct SendNotes(u32);
+impl Message for SendNotes {
+    type Reply = ();
+}
+impl Handler<SendNotes> for Colleague {
+    fn handle(&mut self, SendNotes(n): SendNotes, _: &mut Context<Self>) {
+        for i in 1..=n {
+            self.notes.tell(Note(i)).unwrap();
+        }
+    }
+}
+
+struct AskTheInbox(u32);
+impl Message for AskTheInbox {
+    type Reply = Result<u32, AskError>;
+}
+impl AsyncHandler<AskTheInbox> for Colleague {
+    async fn handle(
+        &mut self,
+        AskTheInbox(q): AskTheInbox,
+        _: &mut Context<Self>,
+    ) -> Result<u32, AskError> {
+        self.questions.ask(Question(q)).timeout(LIVENESS).await
+    }
+}
+
+#[test]
+fn a_plain_thread_receives_tells_and_answers_asks_from_an_actor_through_an_inbox() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let mut notes = system.inbox::<Note>().unwrap();
+    let mut questions = system.inbox::<Question>().unwrap();
+    let colleague = system
+        .spawn(Colleague {
+            notes: notes.recipient(),
+            questions: questions.recipient(),
+        })
+        .unwrap();
+    colleague.tell(SendNotes(50)).unwrap();
+    for i in 1..=50 {
+        let note = notes.recv_timeout(LIVENESS).wait().unwrap();
+        assert!(!note.is_ask());
+        assert_eq!(note.message(), &Note(i), "in the order sent");
+    }
+    assert!(notes.try_recv().is_none());
+
+    let answer = colleague.ask(AskTheInbox(20)).timeout(LIVENESS);
+    let question = questions.recv_timeout(LIVENESS).wait().unwrap();
+    assert!(question.is_ask());
+    let n = question.message().0;
+    assert!(question.reply(n + 22), "the actor was waiting");
+    assert_eq!(answer.wait(), Ok(Ok(42)));
+}
+
+#[test]
+fn an_async_task_receives_with_await() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let mut inbox = system.inbox::<Note>().unwrap();
+    let to_inbox = inbox.recipient();
+    let task = system.tokio_handle().spawn(async move {
+        let mut sum = 0;
+        for _ in 0..100 {
+            sum += inbox.recv().await.message().0;
+        }
+        // Nothing more comes: the timeout ends the wait (real clock here).
+        let after = inbox
+            .recv_timeout(std::time::Duration::from_millis(20))
+            .await;
+        (sum, after.map(|r| r.into_parts().0))
+    });
+    std::thread::spawn(move || {
+        for i in 1..=100 {
+            to_inbox.tell(Note(i)).unwrap();
+        }
+    });
+    let (sum, after) = within(&system, task).unwrap();
+    assert_eq!(sum, 5050);
+    assert!(matches!(after, Err(RecvError::Timeout(_))), "{after:?}");
+}
+
+#[test]
+fn recv_timeout_runs_on_the_systems_virtual_clock() {
+    use std::task::{Context as TaskContext, Poll, Waker};
+    use std::time::Duration;
+    let system = ActorSystem::builder().virtual_time().build();
+    let mut inbox = system.inbox::<Note>().unwrap();
+    let hour = Duration::from_secs(3600);
+    let mut cx = TaskContext::from_waker(Waker::noop());
+    {
+        let mut recv = std::pin::pin!(inbox.recv_timeout(hour));
+        assert!(recv.as_mut().poll(&mut cx).is_pending());
+        system.advance_time(hour - Duration::from_secs(1)).unwrap();
+        assert!(recv.as_mut().poll(&mut cx).is_pending(), "not yet due");
+        system.advance_time(Duration::from_secs(1)).unwrap();
+        assert!(matches!(
+            recv.as_mut().poll(&mut cx),
+            Poll::Ready(Err(RecvError::Timeout(d))) if d == hour
+        ));
+    }
+    // A message that arrives before the deadline is received.
+    {
+        let to_inbox = inbox.recipient();
+        let mut recv = std::pin::pin!(inbox.recv_timeout(hour));
+        assert!(recv.as_mut().poll(&mut cx).is_pending());
+        to_inbox.tell(Note(7)).unwrap();
+        match recv.as_mut().poll(&mut cx) {
+            Poll::Ready(Ok(received)) => assert_eq!(received.message(), &Note(7)),
+            other => panic!("expected the note, got {other:?}"),
+        }
+    }
+    // A zero timeout looks once and never needs the clock to move.
+    assert!(matches!(
+        inbox.recv_timeout(Duration::ZERO).wait(),
+        Err(RecvError::Timeout(_))
+    ));
+    // A plain thread blocked in `wait` is released by the clock alone. (The
+    // clock first moves past the cancelled deadline of the answered receive,
+    // so the next deadline the system knows of is the thread's.)
+    system.advance_time(2 * hour).unwrap();
+    assert_eq!(system.next_timer_at(), None);
+    let (done, result) = mpsc::channel();
+    std::thread::spawn(move || done.send(inbox.recv_timeout(hour).wait().map(|_| ())));
+    let started = std::time::Instant::now();
+    while system.next_timer_at().is_none() {
+        assert!(
+            started.elapsed() < LIVENESS,
+            "the receive never armed its timeout"
+        );
+        std::thread::yield_now();
+    }
+    system.advance_time(hour).unwrap();
+    assert_eq!(
+        result
+            .recv_timeout(LIVENESS)
+            .expect("the receive was not released"),
+        Err(RecvError::Timeout(hour))
+    );
+}
+
+#[test]
+fn dropping_the_inbox_makes_its_address_dead_and_fails_pending_asks() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let inbox = system.inbox::<Question>().unwrap();
+    let address = inbox.recipient();
+    assert!(address.is_alive());
+    assert_eq!(address.id(), inbox.id());
+    address.tell(Question(1)).unwrap();
+    let pending = address.ask(Question(2)).timeout(LIVENESS);
+    drop(inbox);
+    // Both queued messages are dead letters; the ask ends at once.
+    assert_eq!(system.dead_letter_count(), 2);
+    assert_eq!(pending.wait(), Err(AskError::NoReply));
+    assert!(!address.is_alive());
+    assert!(matches!(
+        address.tell(Question(3)),
+        Err(SendError::Stopped(Question(3)))
+    ));
+    assert_eq!(address.ask(Question(4)).wait(), Err(AskError::Stopped));
+    assert_eq!(system.dead_letter_count(), 4);
+}
+
+#[test]
+fn an_ask_received_and_not_answered_fails_instead_of_hanging() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let mut inbox = system.inbox::<Question>().unwrap();
+    let address = inbox.recipient();
+    let dropped = address.ask(Question(1)).timeout(LIVENESS);
+    drop(inbox.recv().wait());
+    assert_eq!(dropped.wait(), Err(AskError::NoReply));
+    // A responder can outlive the message it came with.
+    let later = address.ask(Question(2)).timeout(LIVENESS);
+    let (Question(n), responder) = inbox.recv().wait().into_parts();
+    assert!(responder.is_ask());
+    std::thread::spawn(move || responder.reply(n * 10));
+    assert_eq!(later.wait(), Ok(20));
+}

@@ -213,3 +213,21 @@ fn futures_block_on<F: std::future::Future>(fut: F) -> F::Output {
         std::thread::park();
     }
 }
+
+#[test]
+fn an_inbox_waiting_with_a_timeout_when_the_system_shuts_down_ends_with_a_typed_error() {
+    let system = ActorSystem::new();
+    let mut inbox = system.inbox::<Ping>().unwrap();
+    let (started_tx, started) = channel();
+    let (answer_tx, answer) = channel();
+    std::thread::spawn(move || {
+        let _ = started_tx.send(());
+        let _ = answer_tx.send(inbox.recv_timeout(LIVENESS * 10).wait().map(|_| ()));
+    });
+    started.recv().unwrap();
+    system.shutdown(Duration::from_secs(1)).unwrap();
+    let answer = answer
+        .recv_timeout(LIVENESS)
+        .expect("the inbox kept waiting on a clock that is gone");
+    assert_eq!(answer, Err(troubadour::RecvError::SystemShutdown));
+}

@@ -69,7 +69,7 @@ impl Message for crate::api::exit::Exited {
 ///    and rest-for-one the siblings restart too, one at a time: each
 ///    affected child runs `before_restart` and is dropped in reverse start
 ///    order, then each is rebuilt and runs `after_restart` in start order
-///    (see [`supervision`](crate::supervision));
+///    (see [`supervision`](crate::api::supervision));
 /// 4. on stop: [`stopping`](Actor::stopping) while children still run, then
 ///    children are stopped and awaited, then [`stopped`](Actor::stopped),
 ///    then the actor is dropped, queued messages go to dead letters, and

@@ -375,6 +375,26 @@ pub struct Ask<R> {
 }
 
 impl<R> Ask<R> {
+    /// An ask whose request is on its way; `rx` gets the reply.
+    pub(crate) fn waiting(rx: oneshot::Receiver<R>, system: &Arc<SystemCore>) -> Self {
+        Ask {
+            state: AskState::Waiting(rx),
+            timeout: system.config.ask_timeout,
+            sleep: None,
+            system: system.clone(),
+        }
+    }
+
+    /// An ask that failed before its request was sent.
+    pub(crate) fn failed(error: AskError, system: &Arc<SystemCore>) -> Self {
+        Ask {
+            state: AskState::Failed(Some(error)),
+            timeout: system.config.ask_timeout,
+            sleep: None,
+            system: system.clone(),
+        }
+    }
+
     /// Sets how long to wait for the reply.
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = timeout;
@@ -452,6 +472,11 @@ impl<M: Message> fmt::Debug for Recipient<M> {
 }
 
 impl<M: Message> Recipient<M> {
+    /// A recipient that is not an actor (an [`Inbox`](crate::Inbox)).
+    pub(crate) fn from_sink(sink: Arc<dyn Sink<M>>) -> Self {
+        Recipient { sink }
+    }
+
     /// See [`ActorRef::tell`].
     pub fn tell(&self, msg: M) -> Result<(), SendError<M>> {
         self.sink.tell(msg)
@@ -479,7 +504,8 @@ impl<M: Message> Recipient<M> {
     }
 }
 
-trait Sink<M: Message>: Send + Sync {
+/// Where a [`Recipient`] sends: an actor, or an inbox.
+pub(crate) trait Sink<M: Message>: Send + Sync {
     fn tell(&self, msg: M) -> Result<(), SendError<M>>;
     /// A system message; only actors have a bound to bypass.
     fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {

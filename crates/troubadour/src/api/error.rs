@@ -273,6 +273,35 @@ impl fmt::Display for TimeError {
 
 impl std::error::Error for TimeError {}
 
+/// Why an [`Inbox`](crate::Inbox) receive ended without a message.
+///
+/// `#[non_exhaustive]`: later versions may add reasons, so a `match`
+/// outside this crate needs a `_` arm.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecvError {
+    /// No message arrived within the timeout (Erlang's `after` clause).
+    Timeout(Duration),
+    /// The actor system shut down while the inbox waited, and with it the
+    /// clock the timeout runs on: nothing more will arrive from its actors.
+    SystemShutdown,
+}
+
+impl fmt::Display for RecvError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecvError::Timeout(d) => write!(f, "no message arrived in the inbox within {d:?}"),
+            RecvError::SystemShutdown => write!(
+                f,
+                "the actor system shut down while the inbox waited; receive before \
+                 calling `shutdown` (or dropping the system)"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecvError {}
+
 /// Why an [`ActorSystem`](crate::ActorSystem) could not be built.
 #[derive(Debug)]
 #[non_exhaustive]

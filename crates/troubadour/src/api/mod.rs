@@ -12,5 +12,6 @@ pub(crate) mod direct;
 pub(crate) mod error;
 pub(crate) mod exit;
 pub(crate) mod fn_actor;
+pub(crate) mod inbox;
 pub(crate) mod node_id;
 pub mod supervision;
