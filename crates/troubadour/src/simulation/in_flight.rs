@@ -21,7 +21,8 @@
 use crate::api::actor::Actor;
 use crate::api::exit::ActorId;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{injected, Envelope, InjectedFault};
+use crate::runtime::envelope::Envelope;
+use crate::simulation::faults::{injected, InjectedFault};
 use std::fmt;
 use std::sync::Arc;
 

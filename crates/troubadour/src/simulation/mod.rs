@@ -5,4 +5,5 @@
 //! system without a divert.
 
 pub mod divert;
+pub(crate) mod faults;
 pub(crate) mod in_flight;
