@@ -1186,3 +1186,17 @@ fn failures_decided_after_a_suspended_handler_join_the_one_for_all_restart_they_
     }
     assert!(s.is_alive());
 }
+
+#[test]
+fn a_graceful_stop_sticks_even_for_a_permanent_child() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    let wait = child.wait_stopped();
+    child.stop_gracefully();
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Normal));
+    assert_eq!(rx.next(), "a stopped");
+    assert_eq!(
+        parent.ask(Children).timeout(LIVENESS).wait(),
+        Ok(Vec::<ActorId>::new())
+    );
+    assert!(rx.drain().is_empty(), "not restarted");
+}
