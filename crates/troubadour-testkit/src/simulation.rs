@@ -246,6 +246,10 @@ impl Simulation {
                     .filter(|f| !(already_delayed && matches!(f, Fault::Delay(_))))
             }
         };
+        // A graceful stop's marker is no message: it may wait behind a
+        // delay like its sender's messages, but nothing else happens to it
+        // (chosen after the draw, so seeds replay as before).
+        let fault = fault.filter(|f| !head.message.is_control() || matches!(f, Fault::Delay(_)));
         if let Some(Fault::Delay(by)) = fault {
             self.channels.delay_head(&pair, self.system.now() + by);
             self.trace.push(TraceEvent::Fault {

@@ -278,3 +278,37 @@ fn random_faults_follow_the_seed_and_the_filter() {
         distinct.len()
     );
 }
+
+#[test]
+fn no_fault_touches_a_graceful_stop_but_a_delay() {
+    // The marker is no message: a panic, stop or loss chosen for it would
+    // either be a lie in the trace or leave an actor that refuses every
+    // message and never stops. Every seed, every fault the seed may pick.
+    let _quiet = quiet_panics();
+    simulate(seeds(100), |sim| {
+        sim.set_faults(
+            Faults::none()
+                .panic(0.3)
+                .stop(0.3)
+                .drop(0.3)
+                .only(|m| m.is_control()),
+        );
+        let log = Arc::default();
+        let c = counter(sim, &log);
+        sim.inject(Fault::Panic, |m| m.is_control());
+        for _ in 0..3 {
+            c.tell(Add).unwrap();
+        }
+        c.stop_gracefully();
+        sim.run_until_idle();
+        assert!(!c.is_alive());
+        assert_eq!(*log.lock().unwrap(), ["stopped at 3"]);
+        assert!(
+            !sim.trace()
+                .iter()
+                .any(|e| matches!(e, TraceEvent::Fault { fault, .. } if !matches!(fault, Fault::Delay(_)))),
+            "{}",
+            sim.trace_text()
+        );
+    });
+}

@@ -562,3 +562,42 @@ fn an_ask_received_and_not_answered_fails_instead_of_hanging() {
     std::thread::spawn(move || responder.reply(n * 10));
     assert_eq!(later.wait(), Ok(20));
 }
+
+#[test]
+fn under_simulation_no_fault_can_lose_the_marker() {
+    // Losing the marker, or panicking in its place, would leave an actor
+    // that refuses every message (it was asked to stop) and never stops.
+    for fault in ["panic", "stop", "lose", "drop"] {
+        let system = ActorSystem::builder()
+            .manual_scheduling()
+            .hold_messages()
+            .build();
+        let run_all = || while system.run_one(&mut |_| (0, 64)).is_some() {};
+        let (tx, rx) = log();
+        let actor = system
+            .spawn_with(move || Recorder {
+                log: tx.clone(),
+                gate: None,
+            })
+            .unwrap();
+        run_all();
+        actor.tell(Item(1)).unwrap();
+        actor.stop_gracefully();
+        let mut held = system.take_in_flight();
+        let marker = held.pop().unwrap();
+        assert!(marker.is_control(), "{fault}: {marker:?}");
+        assert!(!held[0].is_control());
+        for m in held {
+            m.deliver();
+        }
+        match fault {
+            "panic" => marker.deliver_with_panic("injected"),
+            "stop" => marker.deliver_after_stop(),
+            "lose" => marker.lose(),
+            _ => drop(marker),
+        }
+        run_all();
+        assert_eq!(rx.drain(), ["item 1", "stopping", "stopped"], "{fault}");
+        assert!(!actor.is_alive(), "{fault}");
+    }
+}

@@ -32,6 +32,15 @@ use std::sync::Arc;
 /// delivers it. Dropping it undelivered counts it as a dead letter (nothing
 /// is lost silently); [`lose`](Self::lose) is the deliberate exception.
 ///
+/// A graceful stop's marker ([`ActorRef::stop_gracefully`]) is held too,
+/// so that it arrives after what its sender sent before it; it is a
+/// [control](Self::is_control) item, not a message, and no fault applies to
+/// it: injecting a panic or a stop at it, losing it or dropping it delivers
+/// it as is. (Losing it would leave an actor that refuses every message
+/// and never stops.)
+///
+/// [`ActorRef::stop_gracefully`]: crate::ActorRef::stop_gracefully
+///
 /// ```
 /// use troubadour::prelude::*;
 /// struct Echo;
@@ -55,6 +64,7 @@ pub struct InFlight {
     to: ActorId,
     message: &'static str,
     ask: bool,
+    control: bool,
     target: Box<dyn Deliver>,
 }
 
@@ -84,13 +94,21 @@ impl InFlight {
         message: &'static str,
         ask: bool,
     ) -> Self {
+        let control = message == crate::runtime::graceful::MARKER_NAME;
         InFlight {
             from,
             to: cell.id,
             message,
             ask,
-            target: Box::new(Held { cell, env }),
+            control,
+            target: Box::new(Held { cell, env, control }),
         }
+    }
+
+    /// `true` for the runtime's own control items (a graceful stop's
+    /// marker), which faults leave alone: see the type's docs.
+    pub fn is_control(&self) -> bool {
+        self.control
     }
 
     /// The actor whose turn sent it, when the system is manually scheduled;
@@ -129,6 +147,9 @@ impl InFlight {
     /// [`ExitReason::Panicked`](crate::ExitReason::Panicked), and its
     /// supervisor decides.
     pub fn deliver_with_panic(self, message: impl Into<String>) {
+        if self.control {
+            return self.deliver();
+        }
         self.target.deliver(Delivery::Panic(message.into()));
     }
 
@@ -138,6 +159,9 @@ impl InFlight {
     /// when it reaches this point, so this message and any later one go to
     /// dead letters.
     pub fn deliver_after_stop(self) {
+        if self.control {
+            return self.deliver();
+        }
         self.target.deliver(Delivery::StopFirst);
     }
 
@@ -145,6 +169,9 @@ impl InFlight {
     /// would. An `ask` for it fails with `NoReply` at once; a simulation
     /// that wants the asker to time out instead keeps the `InFlight` alive.
     pub fn lose(self) {
+        if self.control {
+            return self.deliver();
+        }
         self.target.lose();
     }
 }
@@ -156,6 +183,7 @@ impl fmt::Debug for InFlight {
             .field("to", &self.to)
             .field("message", &self.message)
             .field("ask", &self.ask)
+            .field("control", &self.control)
             .finish()
     }
 }
@@ -164,6 +192,8 @@ struct Held<A: Actor> {
     cell: Arc<ActorCell<A>>,
     /// Owned; null once delivered or lost.
     env: *mut Envelope<A>,
+    /// A control item: dropping it undelivered delivers it.
+    control: bool,
 }
 
 // SAFETY: the node holds a `Send` message and is owned by this value alone
@@ -212,6 +242,13 @@ impl<A: Actor> Held<A> {
 
 impl<A: Actor> Drop for Held<A> {
     fn drop(&mut self) {
+        if self.control && !self.env.is_null() {
+            let env = std::mem::replace(&mut self.env, std::ptr::null_mut());
+            // SAFETY: the live node this value owned (not null, checked
+            // above), given up to the mailbox once.
+            unsafe { self.cell.enqueue(env) };
+            return;
+        }
         if !self.env.is_null() {
             // SAFETY: as in `lose`.
             let name = unsafe { Envelope::discard(self.env) };
