@@ -31,6 +31,13 @@
 //! exit from a pid it has already replaced). Unlike an OTP supervisor, the
 //! supervising actor keeps handling its own messages meanwhile.
 //!
+//! When an actor stops (rather than restarts its children), it asks all its
+//! children to stop at once and finishes when the last has stopped, as Akka
+//! does; an OTP supervisor terminates them one at a time in reverse start
+//! order. Stopping a tree of a million actors one at a time would take as
+//! many round trips in a row; a child that must outlive a sibling during a
+//! stop should be its parent instead.
+//!
 //! A child that cannot be restarted (spawned from a value, or
 //! [`Restart::Temporary`]) stops with the failure as its exit reason, which
 //! its links and monitors receive. Top-level actors are supervised by the
