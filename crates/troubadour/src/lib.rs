@@ -48,9 +48,12 @@
 //!   [`AskError::NoReply`] as soon as the actor stops or fails.
 //! * A panic fails only its actor; its supervisor restarts it or escalates
 //!   ([`supervision`]).
-//! * Control signals (stop, kill, exit signals, supervision) overtake queued
-//!   user messages; [`ActorRef::stop_gracefully`] handles what is queued
-//!   first.
+//! * Control signals (stop, kill, untrapped exit signals, supervision)
+//!   overtake queued user messages; [`ActorRef::stop_gracefully`] handles
+//!   what is queued first. What a monitor or a trapped link delivers as a
+//!   message ([`Down`], [`Exited`]) keeps per-pair order: it comes after the
+//!   messages the stopped actor sent before it stopped, and a bounded
+//!   mailbox never refuses it.
 //!
 //! ## Map
 //!
@@ -62,59 +65,47 @@
 //! too ([`SystemHandle::spawn_fn`], [`FnActor`]), and code that is not an
 //! actor gets an address with an [`Inbox`].
 #![warn(missing_docs)]
+// The unsafe kernel's discipline: an `unsafe fn`'s body is not one big
+// unsafe block, and every unsafe block says why it is sound.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 // The loom build exposes internals to the models in tests/.
 #![cfg_attr(loom, allow(missing_docs))]
 
-mod actor;
-mod actor_ref;
-mod blocking;
-mod cell;
-mod context;
-mod crash_report;
-mod dead_letters;
-mod direct;
-mod envelope;
-mod error;
-mod exit;
-mod fn_actor;
-mod graceful;
-mod in_flight;
-mod inbox;
-mod mailbox;
-mod node_id;
-mod nodes;
-mod registry;
-mod run_state;
-mod scheduler;
-mod signal;
-mod spawn;
-pub mod supervision;
-mod sync;
-mod system;
-mod timer;
+// Layers, imports running downwards: what users hold and implement
+// (`api`), the runtime behind it, the lock-free primitives it builds on,
+// and the divert seam for simulations and the network. See ARCHITECTURE.md.
+mod api;
+mod primitives;
+mod runtime;
+mod simulation;
 
-pub use actor::{Actor, AsyncHandler, Handler, Message};
-pub use actor_ref::{ActorRef, Ask, Recipient};
-pub use context::Context;
-pub use crash_report::CrashReports;
-pub use dead_letters::DeadLetter;
-pub use direct::LocalActor;
-pub use envelope::{Awaiting, Handles, Immediate};
-#[doc(hidden)]
-pub use envelope::{Envelope, EnvelopeVTable};
-pub use error::{
-    AskError, BuildError, RecvError, RegistryError, SendError, ShutdownError, SpawnError, TimeError,
+pub use api::supervision;
+pub use simulation::divert;
+
+pub use api::actor::{Actor, AsyncHandler, Handler, Message};
+pub use api::actor_ref::{ActorRef, Ask, Recipient};
+pub use api::context::{Context, DeferredReply};
+pub use api::direct::LocalActor;
+pub use api::error::{
+    AskError, BuildError, RecvError, RegistryError, SendError, ShutdownError, SpawnError,
+    TerminateError, TimeError,
 };
-pub use exit::{ActorId, Down, ExitReason, Exited};
-pub use fn_actor::FnActor;
-pub use in_flight::InFlight;
-pub use inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
-pub use node_id::NodeId;
-pub use scheduler::TurnRun;
-pub use spawn::{Mailbox, SpawnOptions};
-pub use supervision::{Restart, Strategy, SupervisorStrategy};
-pub use system::{ActorSystem, ActorSystemBuilder, SystemHandle};
-pub use timer::{Sleep, TimerRef};
+pub use api::exit::{ActorId, Down, ExitReason, Exited};
+pub use api::fn_actor::FnActor;
+pub use api::inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
+pub use api::node_id::NodeId;
+pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
+pub use runtime::crash_report::CrashReports;
+pub use runtime::dead_letters::DeadLetter;
+pub use runtime::envelope::{Awaiting, Handles, Immediate};
+#[doc(hidden)]
+pub use runtime::envelope::{Envelope, EnvelopeVTable};
+pub use runtime::scheduler::TurnRun;
+pub use runtime::spawn::{Mailbox, SpawnOptions};
+pub use runtime::system::{ActorSystem, ActorSystemBuilder, SystemHandle};
+pub use runtime::timer::{Sleep, TimerRef};
+pub use simulation::in_flight::InFlight;
 
 /// Everything a typical actor program uses.
 pub mod prelude {
@@ -136,8 +127,8 @@ struct ReadmeExample;
 #[allow(missing_docs)]
 pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
-    pub use crate::mailbox::{Link, Pop, Queue, SignalStack};
-    pub use crate::nodes::SlabCount;
-    pub use crate::run_state::{Notify, RunState, CLOSED, SCHEDULED};
-    pub use crate::scheduler::{Idle, NextSlot};
+    pub use crate::primitives::mailbox::{Link, Pop, Queue, SignalStack};
+    pub use crate::primitives::nodes::SlabCount;
+    pub use crate::primitives::run_state::{Notify, RunState, CLOSED, SCHEDULED};
+    pub use crate::runtime::scheduler::{Idle, NextSlot};
 }

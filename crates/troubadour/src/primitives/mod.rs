@@ -1,0 +1,10 @@
+//! Lock-free building blocks, each with its invariants and proof sketch
+//! next to the code and a loom model in `tests/loom_mailbox.rs`: the
+//! mailbox queue and signal stack, slabs of message nodes, an actor's run
+//! state (who may run it), and the facade that swaps `std` atomics for
+//! loom's. They know nothing of actors.
+
+pub(crate) mod mailbox;
+pub(crate) mod nodes;
+pub(crate) mod run_state;
+pub(crate) mod sync;

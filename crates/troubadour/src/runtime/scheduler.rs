@@ -1,0 +1,640 @@
+//! The worker pool that runs actors.
+//!
+//! A run queue holds actors that have input, not messages: an actor with a
+//! thousand queued messages is one entry, and an idle actor costs the
+//! scheduler nothing. Each worker thread has a LIFO deque (crossbeam-deque,
+//! Chase–Lev): an actor woken by a message from a worker runs next on that
+//! worker, while its caches are warm, and a freshly spawned child runs
+//! before its parent spawns the next one, which keeps spawn trees depth-first
+//! and small. Other threads' wake-ups go to a global FIFO injector; idle
+//! workers steal.
+//!
+//! Fairness: an actor handles at most `budget` messages per turn; if it has
+//! more it goes to the back of its worker's *yielded* FIFO, never the top of
+//! the local LIFO (which would run it again at once). A worker takes from
+//! its yielded FIFO only when its slot, its deque and the global queue are
+//! empty, and every 61st pick looks at the global queue first. A
+//! self-flooding actor therefore yields to everything queued before it, yet
+//! stays on the core where its mailbox's memory is (sending it to the global
+//! queue instead moved pingpong's actors between cores: 84.7 against 103.3
+//! M msg/s, medians of 8 interleaved runs). After 16 turns in a row from the
+//! next-actor slot a worker takes the *oldest* actor of its own deque, so
+//! actors that keep waking each other (and so keep the slot busy) cannot
+//! hold back the rest of the deque either.
+//!
+//! Next actor: an actor woken by a message from the running turn goes to
+//! the worker's next-actor slot (`next_slot.rs`), which the worker runs
+//! first when the turn ends; a second one woken in the same turn goes to the
+//! deque. Other workers take from the slot only after searching in vain for
+//! a while (`SLOT_STEAL_ROUND`, a few microseconds), so the woken actor reads
+//! its mailbox on the core that wrote it instead of racing the sender for
+//! the same cache lines.
+//!
+//! Sleeping: a worker with nothing to do searches for a short while (spins,
+//! then yields) and then parks. A waker only pays for an `unpark` (a system
+//! call) when no worker is searching and one is parked. The sleep protocol
+//! (`idle.rs`, with its proof sketch and a loom model): the worker registers
+//! as sleeping, issues a `SeqCst` fence and re-checks every queue before
+//! parking; a producer pushes, fences and then reads the sleeper count. One
+//! of the two sees the other (store-buffer pattern), so work is never left
+//! with every worker asleep.
+
+mod idle;
+mod next_slot;
+
+use crate::api::exit::ActorId;
+use crate::runtime::crash_report::{self, CrashReports};
+use crossbeam_deque::{Injector, Steal, Stealer, Worker};
+use crossbeam_utils::sync::{Parker, Unparker};
+use crossbeam_utils::CachePadded;
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+#[cfg(loom)]
+pub use idle::Idle;
+#[cfg(not(loom))]
+use idle::Idle;
+#[cfg(loom)]
+pub use next_slot::NextSlot;
+#[cfg(not(loom))]
+use next_slot::NextSlot;
+
+/// What a worker does with an actor after a turn.
+pub(crate) enum Turn {
+    /// Released; someone else will schedule it when input arrives.
+    Idle,
+    /// Still owned by the caller and has work: schedule it again.
+    Again,
+}
+
+/// Something the scheduler runs: an actor, as far as it is concerned. The
+/// actor cell implements it; the scheduler knows nothing else of actors.
+///
+/// An `Arc<dyn Runnable>` in a run queue carries the actor's consumer role:
+/// it is queued only by the holder of the role, and whoever takes it out
+/// holds the role until [`run_turn`](Runnable::run_turn) returns
+/// [`Turn::Idle`].
+pub(crate) trait Runnable: Send + Sync + 'static {
+    /// Runs one turn of at most `budget` messages, then gives up the
+    /// consumer role ([`Turn::Idle`]) unless there is more to do
+    /// ([`Turn::Again`]: the caller still holds the role and must run or
+    /// queue the actor again).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role (`run_state.rs`).
+    unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    fn is_finished(&self) -> bool;
+    fn id(&self) -> ActorId;
+}
+
+pub(crate) type Task = Arc<dyn Runnable>;
+
+const GLOBAL_QUEUE_INTERVAL: u32 = 61;
+/// After this many turns in a row from its next-actor slot, a worker takes
+/// the oldest actor of its own deque instead.
+const SLOT_STREAK: u32 = 16;
+const SPIN_ROUNDS: u32 = 64;
+const YIELD_ROUNDS: u32 = 16;
+/// Search rounds (each about 32 spin-loop hints) before a worker takes
+/// another worker's next actor (see "Next actor" above).
+const SLOT_STEAL_ROUND: u32 = 16;
+
+struct Shared {
+    injector: Injector<Task>,
+    stealers: Vec<Stealer<Task>>,
+    /// Per worker: the actors that ran out of budget there (see `yielded`).
+    yielded_stealers: Vec<Stealer<Task>>,
+    /// Per worker: the actor its running turn woke (see `next_slot.rs`).
+    next: Vec<CachePadded<NextSlot<Task>>>,
+    unparkers: Vec<Unparker>,
+    /// Who searches and who sleeps (`idle.rs`: the no-lost-wake-up protocol).
+    idle: Idle,
+    shutdown: AtomicBool,
+    budget: u32,
+    /// How the threads running these actors report a caught panic.
+    crash_reports: CrashReports,
+}
+
+struct WorkerLocal {
+    shared: *const Shared,
+    me: usize,
+    deque: Worker<Task>,
+    /// FIFO of actors that used their whole budget here and have more to
+    /// do: they run again after everything in the slot and the deque, on
+    /// this worker, where their mailbox's memory is.
+    yielded: Worker<Task>,
+}
+
+thread_local! {
+    static CURRENT: Cell<*const WorkerLocal> = const { Cell::new(std::ptr::null()) };
+}
+
+pub(crate) struct Scheduler {
+    shared: Arc<Shared>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// Disconnects when the last worker thread has ended: each worker holds
+    /// a sender until it returns (or unwinds), so shutdown can wait for the
+    /// workers with a deadline, which `JoinHandle::join` cannot.
+    exits: Mutex<Option<Receiver<()>>>,
+    tokio: tokio::runtime::Handle,
+    /// `Some` for a manually driven scheduler (no worker threads; see
+    /// [`Scheduler::manual`]): the actors that are ready to run.
+    manual: Option<Mutex<Vec<Task>>>,
+    /// On a manual scheduler: the id of the actor whose turn is running
+    /// (0: none), so a held message knows its sender.
+    current: AtomicU64,
+}
+
+/// One turn a manually driven scheduler ran.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TurnRun {
+    /// The actor that ran.
+    pub actor: ActorId,
+    /// How many ready actors there were to choose from.
+    pub ready: usize,
+    /// The message budget it was given.
+    pub budget: u32,
+}
+
+impl Scheduler {
+    pub(crate) fn new(
+        threads: usize,
+        budget: u32,
+        tokio: tokio::runtime::Handle,
+        crash_reports: CrashReports,
+    ) -> std::io::Result<Self> {
+        let threads = threads.max(1);
+        let deques: Vec<Worker<Task>> = (0..threads).map(|_| Worker::new_lifo()).collect();
+        let yielded: Vec<Worker<Task>> = (0..threads).map(|_| Worker::new_fifo()).collect();
+        let parkers: Vec<Parker> = (0..threads).map(|_| Parker::new()).collect();
+        let shared = Arc::new(Shared {
+            injector: Injector::new(),
+            stealers: deques.iter().map(|d| d.stealer()).collect(),
+            yielded_stealers: yielded.iter().map(|d| d.stealer()).collect(),
+            next: (0..threads)
+                .map(|_| CachePadded::new(NextSlot::new()))
+                .collect(),
+            unparkers: parkers.iter().map(|p| p.unparker().clone()).collect(),
+            idle: Idle::new(threads),
+            shutdown: AtomicBool::new(false),
+            budget: budget.max(1),
+            crash_reports,
+        });
+        let mut handles = Vec::with_capacity(threads);
+        let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();
+        let queues = deques.into_iter().zip(yielded);
+        for (index, ((deque, yielded), parker)) in queues.zip(parkers).enumerate() {
+            let (worker_shared, worker_tokio) = (shared.clone(), tokio.clone());
+            let exit = exit_tx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("troubadour-worker-{index}"))
+                .spawn(move || {
+                    let _exit = exit;
+                    let _runtime = worker_tokio.enter();
+                    run_worker(worker_shared, index, deque, yielded, parker)
+                });
+            match spawned {
+                Ok(h) => handles.push(h),
+                Err(e) => {
+                    // Stop the workers already started before reporting.
+                    drop(exit_tx);
+                    let partial = Scheduler {
+                        shared,
+                        threads: Mutex::new(handles),
+                        exits: Mutex::new(Some(exit_rx)),
+                        tokio,
+                        manual: None,
+                        current: AtomicU64::new(0),
+                    };
+                    partial.shutdown(None);
+                    return Err(e);
+                }
+            }
+        }
+        drop(exit_tx);
+        Ok(Scheduler {
+            shared,
+            threads: Mutex::new(handles),
+            exits: Mutex::new(Some(exit_rx)),
+            tokio,
+            manual: None,
+            current: AtomicU64::new(0),
+        })
+    }
+
+    /// A scheduler with no worker threads: actors run only when the owner
+    /// calls [`run_one`](Self::run_one), on the calling thread. Everything
+    /// that becomes ready goes to the global queue (nobody is a worker), in
+    /// the order it happened; `run_one` moves it to the ready list and
+    /// lets the caller choose. This is the deterministic simulation's
+    /// scheduler; the normal paths are unchanged (with no workers, a wake-up
+    /// finds no sleeper and returns).
+    pub(crate) fn manual(
+        budget: u32,
+        tokio: tokio::runtime::Handle,
+        crash_reports: CrashReports,
+    ) -> Self {
+        Scheduler {
+            shared: Arc::new(Shared {
+                injector: Injector::new(),
+                stealers: Vec::new(),
+                yielded_stealers: Vec::new(),
+                next: Vec::new(),
+                unparkers: Vec::new(),
+                idle: Idle::new(0),
+                shutdown: AtomicBool::new(false),
+                budget: budget.max(1),
+                crash_reports,
+            }),
+            threads: Mutex::new(Vec::new()),
+            exits: Mutex::new(None),
+            tokio,
+            manual: Some(Mutex::new(Vec::new())),
+            current: AtomicU64::new(0),
+        }
+    }
+
+    /// How threads running this scheduler's actors report caught panics.
+    pub(crate) fn crash_reports(&self) -> CrashReports {
+        self.shared.crash_reports
+    }
+
+    pub(crate) fn is_manual(&self) -> bool {
+        self.manual.is_some()
+    }
+
+    /// On a manual scheduler, the actor whose turn is running on the
+    /// caller's thread.
+    pub(crate) fn current_actor(&self) -> Option<ActorId> {
+        match self.current.load(Ordering::Relaxed) {
+            0 => None,
+            id => Some(ActorId(id)),
+        }
+    }
+
+    /// On a manual scheduler: how many actors are ready to run (0 on a
+    /// scheduler with workers).
+    pub(crate) fn ready_len(&self) -> usize {
+        self.ready().map_or(0, |ready| ready.len())
+    }
+
+    /// On a manual scheduler: the ready list, with everything that became
+    /// ready since the last look appended in the order it happened.
+    fn ready(&self) -> Option<std::sync::MutexGuard<'_, Vec<Task>>> {
+        let mut ready = self
+            .manual
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        while let Some(t) = steal_one(&self.shared.injector) {
+            ready.push(t);
+        }
+        Some(ready)
+    }
+
+    /// On a manual scheduler: runs one turn of the ready actor `choose`
+    /// picks. `choose(n)` gets the number of ready actors and returns the
+    /// index to run (taken modulo `n`) and a message budget (at least 1).
+    /// Ready actors are listed in the order they became ready. `None` when
+    /// nothing is ready (or the scheduler is not manual).
+    pub(crate) fn run_one(&self, choose: &mut dyn FnMut(usize) -> (usize, u32)) -> Option<TurnRun> {
+        let task = {
+            let mut ready = self.ready()?;
+            if ready.is_empty() {
+                return None;
+            }
+            let n = ready.len();
+            let (index, budget) = choose(n);
+            // `remove`, not `swap_remove`: the others keep their order, so a
+            // choice sequence means the same thing on every run.
+            (ready.remove(index % n), n, budget.max(1))
+        };
+        let (task, n, budget) = task;
+        let actor = task.id();
+        let _runtime = self.tokio.enter();
+        let _crash_reports = crash_report::actor_thread(self.shared.crash_reports);
+        self.current.store(actor.0, Ordering::Relaxed);
+        // SAFETY: a task in the ready list carries its consumer role
+        // (`Runnable`); with `Again` it still does and goes back in line.
+        let turn = unsafe { task.clone().run_turn(budget) };
+        self.current.store(0, Ordering::Relaxed);
+        if let Turn::Again = turn {
+            self.shared.injector.push(task);
+        }
+        Some(TurnRun {
+            actor,
+            ready: n,
+            budget,
+        })
+    }
+
+    /// Queues an actor to be run by a worker.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and hands it over with
+    /// the task: whoever takes the task out of a queue runs the actor.
+    #[inline]
+    pub(crate) unsafe fn schedule(&self, task: Task) {
+        // SAFETY: the role goes with the task (contract).
+        unsafe { self.shared.schedule(task) };
+    }
+
+    /// True on one of this scheduler's worker threads.
+    pub(crate) fn is_worker_thread(&self) -> bool {
+        let shared = Arc::as_ptr(&self.shared);
+        CURRENT.with(|c| {
+            let local = c.get();
+            // SAFETY: a non-null pointer is the current worker's own local.
+            !local.is_null() && unsafe { (*local).shared } == shared
+        })
+    }
+
+    /// Runs an actor on a thread of its own ([`SpawnOptions::blocking`]).
+    ///
+    /// [`SpawnOptions::blocking`]: crate::SpawnOptions::blocking
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role and gives it to the new
+    /// thread (if one starts: on an error the caller still holds it). From
+    /// then on, whoever wins the role hands it back by unparking `parker`
+    /// (the cell's `dedicated` unparker), never by queueing the task.
+    pub(crate) unsafe fn spawn_dedicated(
+        &self,
+        task: Arc<dyn Runnable>,
+        parker: Parker,
+    ) -> std::io::Result<()> {
+        let tokio = self.tokio.clone();
+        let crash_reports = self.shared.crash_reports;
+        std::thread::Builder::new()
+            .name("troubadour-blocking".into())
+            .spawn(move || {
+                let _runtime = tokio.enter();
+                let _crash_reports = crash_report::actor_thread(crash_reports);
+                // Each unpark hands the consumer role to this thread (see
+                // `run_state.rs`); the thread was created owning it.
+                loop {
+                    // SAFETY: this thread holds the role: it was created
+                    // holding it, `Again` keeps it, and each unpark hands it
+                    // back (the function's contract).
+                    while let Turn::Again = unsafe { task.clone().run_turn(u32::MAX) } {}
+                    if task.is_finished() {
+                        return;
+                    }
+                    parker.park();
+                }
+            })
+            .map(|_| ())
+    }
+
+    /// Stops the workers after the queues are no longer needed.
+    /// Stops the workers and waits for them until `give_up_at` (`None`: for
+    /// as long as it takes). A worker still inside a handler then (a handler
+    /// blocked in a system call, or looping) is left behind, detached: a
+    /// thread cannot be stopped from outside, and a shutdown must keep its
+    /// deadline. It ends by itself when the handler returns. Returns how
+    /// many workers were left behind.
+    pub(crate) fn shutdown(&self, give_up_at: Option<Instant>) -> usize {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        for u in &self.shared.unparkers {
+            u.unpark();
+        }
+        if self.is_worker_thread() {
+            // Joining ourselves would deadlock; the workers exit on their own.
+            return 0;
+        }
+        let exits = self.exits.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let (Some(exits), Some(until)) = (exits, give_up_at) {
+            // Only disconnection ends this: no worker ever sends.
+            while let Err(RecvTimeoutError::Timeout) =
+                exits.recv_timeout(until.saturating_duration_since(Instant::now()))
+            {
+                if Instant::now() >= until {
+                    break;
+                }
+            }
+        }
+        let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut left_behind = 0;
+        for h in handles {
+            if give_up_at.is_none() || h.is_finished() {
+                let _ = h.join();
+            } else {
+                left_behind += 1;
+            }
+        }
+        // Whatever is still queued will never run; release it so actors'
+        // memory (and the dead letters of their mailboxes) is reclaimed.
+        while steal_one(&self.shared.injector).is_some() {}
+        for slot in &self.shared.next {
+            drop(slot.take());
+        }
+        if let Some(manual) = &self.manual {
+            manual.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+        left_behind
+    }
+}
+
+impl Shared {
+    /// # Safety
+    /// As for [`Scheduler::schedule`].
+    unsafe fn schedule(&self, task: Task) {
+        let mut task = Some(task);
+        CURRENT.with(|c| {
+            let local = c.get();
+            // SAFETY: a non-null pointer is the current worker's own local,
+            // alive for the whole worker loop.
+            if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
+                if let Some(t) = task.take() {
+                    // SAFETY: as above.
+                    let local = unsafe { &*local };
+                    if let Err(t) = self.next[local.me].put(t) {
+                        local.deque.push(t);
+                    }
+                }
+            }
+        });
+        if let Some(t) = task {
+            self.injector.push(t);
+        }
+        self.wake_one();
+    }
+
+    #[inline]
+    fn wake_one(&self) {
+        if let Some(i) = self.idle.worker_to_wake() {
+            self.unparkers[i].unpark();
+        }
+    }
+
+    fn has_work(&self) -> bool {
+        !self.injector.is_empty()
+            || self.stealers.iter().any(|s| !s.is_empty())
+            || self.yielded_stealers.iter().any(|s| !s.is_empty())
+            || self.next.iter().any(|s| s.is_full())
+    }
+
+    /// Another worker's next actor, for a worker that searched long enough.
+    fn steal_next(&self, me: usize) -> Option<Task> {
+        let n = self.next.len();
+        (1..n).find_map(|k| self.next[(me + k) % n].take())
+    }
+
+    fn find_task(&self, local: &WorkerLocal, tick: &mut u32, streak: &mut u32) -> Option<Task> {
+        let (me, deque) = (local.me, &local.deque);
+        *tick = tick.wrapping_add(1);
+        if *tick % GLOBAL_QUEUE_INTERVAL == 0 {
+            if let Some(t) = steal_one(&self.injector) {
+                return Some(t);
+            }
+        }
+        if *streak >= SLOT_STREAK {
+            // The slot is always the newest: two actors waking each other
+            // would otherwise keep everything in the deque waiting for ever.
+            *streak = 0;
+            if let Steal::Success(t) = self.stealers[me].steal() {
+                return Some(t);
+            }
+        }
+        if let Some(t) = self.next[me].take() {
+            *streak += 1;
+            return Some(t);
+        }
+        *streak = 0;
+        if let Some(t) = deque.pop() {
+            return Some(t);
+        }
+        if let Some(t) = steal_one(&self.injector) {
+            return Some(t);
+        }
+        if let Some(t) = local.yielded.pop() {
+            return Some(t);
+        }
+        let n = self.stealers.len();
+        for k in 1..n {
+            let victims = [
+                &self.stealers[(me + k) % n],
+                &self.yielded_stealers[(me + k) % n],
+            ];
+            for victim in victims {
+                loop {
+                    match victim.steal_batch_and_pop(deque) {
+                        Steal::Success(t) => return Some(t),
+                        Steal::Retry => continue,
+                        Steal::Empty => break,
+                    }
+                }
+            }
+        }
+        None
+    }
+}
+
+fn steal_one(injector: &Injector<Task>) -> Option<Task> {
+    loop {
+        match injector.steal() {
+            Steal::Success(t) => return Some(t),
+            Steal::Retry => continue,
+            Steal::Empty => return None,
+        }
+    }
+}
+
+fn run_worker(
+    shared: Arc<Shared>,
+    me: usize,
+    deque: Worker<Task>,
+    yielded: Worker<Task>,
+    parker: Parker,
+) {
+    let local = WorkerLocal {
+        shared: Arc::as_ptr(&shared),
+        me,
+        deque,
+        yielded,
+    };
+    CURRENT.with(|c| c.set(&local as *const WorkerLocal));
+    let _crash_reports = crash_report::actor_thread(shared.crash_reports);
+    crate::primitives::nodes::batch_frees_on_this_thread();
+    let mut tick = 0u32;
+    // Turns in a row taken from the next-actor slot.
+    let mut streak = 0u32;
+    'outer: loop {
+        if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
+            // SAFETY: taken from a run queue: it carries its role.
+            unsafe { run_task(&shared, &local, task) };
+            continue;
+        }
+        // Frees batched by the turns run so far go to their slabs before
+        // this worker waits, so an idle worker keeps no slab alive.
+        crate::primitives::nodes::settle();
+        // Search a little before sleeping: wake-ups that come soon (the
+        // common case under load) then cost no system call.
+        shared.idle.start_searching();
+        for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
+            if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
+                shared.idle.stop_searching();
+                // SAFETY: taken from a run queue: it carries its role.
+                unsafe { run_task(&shared, &local, task) };
+                continue 'outer;
+            }
+            if round >= SLOT_STEAL_ROUND {
+                if let Some(task) = shared.steal_next(me) {
+                    shared.idle.stop_searching();
+                    // SAFETY: taken from a run queue: it carries its role.
+                    unsafe { run_task(&shared, &local, task) };
+                    continue 'outer;
+                }
+            }
+            if shared.shutdown.load(Ordering::Relaxed) {
+                break;
+            }
+            if round < SPIN_ROUNDS {
+                for _ in 0..32 {
+                    std::hint::spin_loop();
+                }
+            } else {
+                std::thread::yield_now();
+            }
+        }
+        shared.idle.stop_searching();
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+        shared.idle.prepare_sleep(me);
+        if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
+            shared.idle.cancel_sleep(me);
+            continue;
+        }
+        parker.park();
+        if shared.shutdown.load(Ordering::SeqCst) {
+            break;
+        }
+    }
+    // The slot outlives this thread (it is shared); empty it as the deque
+    // empties when it drops, so no actor is kept alive by a stopped worker.
+    drop(shared.next[me].take());
+    CURRENT.with(|c| c.set(std::ptr::null()));
+}
+
+/// Runs one turn of `task` on this worker.
+///
+/// # Safety
+/// The caller holds the task's consumer role (it took the task out of a
+/// run queue); with `Again` the role goes back into this worker's queue.
+#[inline]
+unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
+    // SAFETY: we hold the role (contract).
+    if let Turn::Again = unsafe { task.clone().run_turn(shared.budget) } {
+        // Out of budget with more to do: behind everything else this
+        // worker has, but still on this worker.
+        local.yielded.push(task);
+        if !local.deque.is_empty() {
+            shared.wake_one();
+        }
+    }
+}

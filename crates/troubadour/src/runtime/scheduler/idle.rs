@@ -1,0 +1,100 @@
+//! Which workers are searching for work and which are asleep, and the
+//! protocol that never leaves work queued while every worker sleeps.
+//!
+//! A worker out of work searches for a while (`start_searching` ..
+//! `stop_searching`), then `prepare_sleep`s: it registers as a sleeper and
+//! issues a `SeqCst` fence, and only then re-checks every queue. If it
+//! finds work it `cancel_sleep`s, else it parks. A producer makes its work
+//! visible (a push), then asks [`Idle::worker_to_wake`], which issues a
+//! `SeqCst` fence before reading the counts, and unparks the worker it
+//! names.
+//!
+//! Proof sketch (no lost wake-up). Take a worker W that parks and a
+//! producer P whose push W's re-check missed. W: register (RMW on
+//! `num_sleeping`) ; fence F_w ; re-check (misses the push). P: push ;
+//! fence F_p ; load the counts. The two fences are totally ordered in the
+//! `SeqCst` order S. If F_p <S F_w, the push (sequenced before F_p) is
+//! visible to W's re-check after F_w: contradiction. So F_w <S F_p, and P's
+//! load after F_p sees W's registration: `num_sleeping > 0`. P then either
+//! pops a sleeper and unparks it (the unpark token makes a later park
+//! return at once), or sees `num_searching > 0`: some worker S is still
+//! searching, and the same argument applied to S's decrement (an RMW before
+//! its own registration fence) shows S re-checks after the push. A searcher
+//! that finds work leaves the search before running it, and the `SeqCst`
+//! order on `num_searching` means P's load that saw it searching precedes
+//! its decrement. The loom model `idle_protocol_never_loses_a_wakeup`
+//! explores these interleavings on this very code.
+
+use crate::primitives::sync::{fence, AtomicUsize, Mutex, Ordering};
+
+pub struct Idle {
+    /// Indices of the workers that are (about to be) parked.
+    sleepers: Mutex<Vec<usize>>,
+    num_sleeping: AtomicUsize,
+    num_searching: AtomicUsize,
+}
+
+impl Idle {
+    pub fn new(workers: usize) -> Self {
+        Idle {
+            sleepers: Mutex::new(Vec::with_capacity(workers)),
+            num_sleeping: AtomicUsize::new(0),
+            num_searching: AtomicUsize::new(0),
+        }
+    }
+
+    fn sleepers(&self) -> crate::primitives::sync::MutexGuard<'_, Vec<usize>> {
+        self.sleepers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A worker begins searching: wakers need not unpark anyone meanwhile.
+    pub fn start_searching(&self) {
+        self.num_searching.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// The worker stopped searching (it found work, or it will sleep).
+    pub fn stop_searching(&self) {
+        self.num_searching.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Registers worker `me` as a sleeper. The caller must then re-check
+    /// every queue, and either [`cancel_sleep`](Self::cancel_sleep) (work
+    /// found) or park.
+    pub fn prepare_sleep(&self, me: usize) {
+        {
+            let mut sleepers = self.sleepers();
+            sleepers.push(me);
+            self.num_sleeping.fetch_add(1, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
+    }
+
+    /// Worker `me` found work after registering: it will not park.
+    pub fn cancel_sleep(&self, me: usize) {
+        let mut sleepers = self.sleepers();
+        if let Some(pos) = sleepers.iter().position(|&i| i == me) {
+            sleepers.swap_remove(pos);
+            self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+        // Otherwise a waker already took `me` off the list, and its unpark
+        // token makes the next park return at once: harmless.
+    }
+
+    /// Called after new work became visible: the sleeping worker to unpark,
+    /// if no worker is searching and one sleeps. Taken off the list, so two
+    /// wakers wake two workers.
+    pub fn worker_to_wake(&self) -> Option<usize> {
+        fence(Ordering::SeqCst);
+        if self.num_searching.load(Ordering::SeqCst) != 0
+            || self.num_sleeping.load(Ordering::SeqCst) == 0
+        {
+            return None;
+        }
+        let mut sleepers = self.sleepers();
+        let index = sleepers.pop();
+        if index.is_some() {
+            self.num_sleeping.fetch_sub(1, Ordering::SeqCst);
+        }
+        index
+    }
+}

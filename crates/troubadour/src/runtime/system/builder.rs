@@ -1,0 +1,266 @@
+//! `ActorSystemBuilder`: a system's configuration, and its start.
+
+use super::*;
+
+/// Builds an [`ActorSystem`] with non-default settings.
+///
+/// ```
+/// use troubadour::{ActorSystem, Mailbox};
+/// use std::time::Duration;
+/// let system = ActorSystem::builder()
+///     .worker_threads(2)
+///     .budget(64)
+///     .default_mailbox(Mailbox::Unbounded)
+///     .ask_timeout(Duration::from_secs(2))
+///     .build();
+/// ```
+pub struct ActorSystemBuilder {
+    name: String,
+    worker_threads: usize,
+    budget: u32,
+    default_mailbox: Mailbox,
+    ask_timeout: Duration,
+    tokio: Option<tokio::runtime::Handle>,
+    virtual_time: bool,
+    manual_scheduling: bool,
+    divert: Option<Arc<dyn Divert>>,
+    outbox: Option<Arc<Outbox>>,
+    crash_reports: CrashReports,
+    guardian_strategy: SupervisorStrategy,
+}
+
+impl Default for ActorSystemBuilder {
+    fn default() -> Self {
+        ActorSystemBuilder {
+            name: "troubadour".to_string(),
+            worker_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            budget: 64,
+            default_mailbox: Mailbox::Unbounded,
+            ask_timeout: Duration::from_secs(5),
+            tokio: None,
+            virtual_time: false,
+            manual_scheduling: false,
+            divert: None,
+            outbox: None,
+            crash_reports: CrashReports::default(),
+            guardian_strategy: SupervisorStrategy::default(),
+        }
+    }
+}
+
+impl ActorSystemBuilder {
+    /// The system's name (default `"troubadour"`), part of its
+    /// [`NodeId`] and of how its actors' ids print (`<orders.42>`). ASCII
+    /// letters, digits, `-` and `_`, not starting with `-` or `_` (Akka's
+    /// rule); [`try_build`](Self::try_build) reports any other name as
+    /// [`BuildError::InvalidName`]. Names need not be unique: every start is
+    /// a new node whatever its name, but distinct names keep logs readable.
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Worker threads running actors (default: one per core).
+    pub fn worker_threads(mut self, n: usize) -> Self {
+        self.worker_threads = n.max(1);
+        self
+    }
+
+    /// Messages an actor handles per turn before others get the thread
+    /// (default 64). Lower is fairer, higher is faster for floods.
+    pub fn budget(mut self, messages: u32) -> Self {
+        self.budget = messages.max(1);
+        self
+    }
+
+    /// Mailbox for actors whose spawn options do not pick one.
+    pub fn default_mailbox(mut self, mailbox: Mailbox) -> Self {
+        self.default_mailbox = mailbox;
+        self
+    }
+
+    /// Timeout of an `ask` not given one with `.timeout(..)` (default 5 s).
+    pub fn ask_timeout(mut self, timeout: Duration) -> Self {
+        self.ask_timeout = timeout;
+        self
+    }
+
+    /// Runs the system's timers (`send_after`, `send_interval`) and `ask`
+    /// timeouts on a virtual clock that stands still until
+    /// [`SystemHandle::advance_time`] moves it, for tests of time-dependent
+    /// behaviour that run in milliseconds and never flake. Read the clock
+    /// with [`SystemHandle::now`] or [`Context::now`](crate::Context::now).
+    /// Tokio's own timers (a `tokio::time::sleep` in an
+    /// [`AsyncHandler`](crate::AsyncHandler)) keep real time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troubadour::ActorSystem;
+    /// let system = ActorSystem::builder().virtual_time().build();
+    /// let start = system.now();
+    /// system.advance_time(Duration::from_secs(1800))?;
+    /// assert_eq!(system.now() - start, Duration::from_secs(1800));
+    /// # Ok::<(), troubadour::TimeError>(())
+    /// ```
+    pub fn virtual_time(mut self) -> Self {
+        self.virtual_time = true;
+        self
+    }
+
+    /// No worker threads: actors run only when
+    /// [`SystemHandle::run_one`] runs them, one turn at a time on the
+    /// calling thread, and time is virtual (see
+    /// [`virtual_time`](Self::virtual_time)). This is what the test kit's
+    /// deterministic simulation drives; a program that only spawns and sends
+    /// from that one thread then runs the same way every time for the same
+    /// sequence of choices. Blocking actors run as ordinary ones.
+    pub fn manual_scheduling(mut self) -> Self {
+        self.manual_scheduling = true;
+        self.virtual_time = true;
+        self
+    }
+
+    /// Every `tell` and `ask` is held as an [`InFlight`] instead of entering
+    /// the mailbox, until whoever drives the system takes it with
+    /// [`SystemHandle::take_in_flight`] and delivers it (or injects a fault
+    /// in its place). This is how the test kit's simulation chooses the
+    /// interleaving of messages from different senders and injects faults;
+    /// a system without it pays nothing for it. Once the system shuts down,
+    /// sends go straight to mailboxes again.
+    pub fn hold_messages(mut self) -> Self {
+        let outbox = Arc::new(Outbox::default());
+        self.divert = Some(outbox.clone());
+        self.outbox = Some(outbox);
+        self
+    }
+
+    /// Hands every `tell`, `ask` and graceful stop to `divert` instead of
+    /// the mailbox: the seam for extensions that stand between senders and
+    /// actors (a simulated network, the remote layer). See
+    /// [`divert`](crate::simulation::divert). Replaces
+    /// [`hold_messages`](Self::hold_messages), which is this with the
+    /// built-in [`Outbox`].
+    pub fn divert(mut self, divert: impl Divert) -> Self {
+        self.divert = Some(Arc::new(divert));
+        self.outbox = None;
+        self
+    }
+
+    /// How a panic in an actor that the runtime catches (and its supervisor
+    /// handles) is reported: by default one `tracing` event per panic
+    /// (target `troubadour::crash`; one line on stderr when no subscriber is
+    /// installed) instead of Rust's panic message and backtrace from a
+    /// worker thread. [`CrashReports::PanicHook`] leaves them to the
+    /// process's panic hook. Panics outside actors are never touched.
+    pub fn crash_reports(mut self, reports: CrashReports) -> Self {
+        self.crash_reports = reports;
+        self
+    }
+
+    /// How the system's guardian supervises top-level actors (those spawned
+    /// from the system, not from an actor): the restart intensity allowed
+    /// to each before it is stopped with
+    /// [`ExitReason::RestartLimit`]. Default: 3 restarts in 5 s. Like Akka's
+    /// guardian strategy, and unlike an OTP supervisor, the guardian counts
+    /// restarts per top-level actor: they are independent of each other.
+    ///
+    /// Only [`Strategy::OneForOne`](crate::Strategy::OneForOne) is accepted:
+    /// top-level actors do not depend on each other, so restarting them all
+    /// for one failure has no meaning here; actors that must restart
+    /// together belong under a supervisor actor with that strategy.
+    /// [`try_build`](Self::try_build) reports another kind as
+    /// [`BuildError::GuardianStrategy`].
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use troubadour::{ActorSystem, SupervisorStrategy};
+    /// let system = ActorSystem::builder()
+    ///     .guardian_strategy(SupervisorStrategy::default().intensity(10, Duration::from_secs(60)))
+    ///     .build();
+    /// ```
+    pub fn guardian_strategy(mut self, strategy: SupervisorStrategy) -> Self {
+        self.guardian_strategy = strategy;
+        self
+    }
+
+    /// Uses this tokio runtime for handlers' I/O and timers. By default the
+    /// current multi-threaded runtime is used when there is one (inside
+    /// `#[tokio::main]`), else the system starts a small one of its own.
+    pub fn tokio_handle(mut self, handle: tokio::runtime::Handle) -> Self {
+        self.tokio = Some(handle);
+        self
+    }
+
+    /// Starts the system.
+    ///
+    /// # Panics
+    /// If the name or the guardian's strategy is invalid (see
+    /// [`name`](Self::name), [`guardian_strategy`](Self::guardian_strategy)) or the operating
+    /// system refuses the worker threads; use [`try_build`](Self::try_build)
+    /// to handle those as errors.
+    pub fn build(self) -> ActorSystem {
+        match self.try_build() {
+            Ok(system) => system,
+            Err(e) => panic!("cannot start the actor system: {e}"),
+        }
+    }
+
+    /// Starts the system, reporting an invalid name or a refused thread or
+    /// runtime as an error.
+    pub fn try_build(self) -> Result<ActorSystem, BuildError> {
+        validate_name(&self.name)?;
+        if self.guardian_strategy.kind != crate::Strategy::OneForOne {
+            return Err(BuildError::GuardianStrategy(self.guardian_strategy.kind));
+        }
+        let current = tokio::runtime::Handle::try_current()
+            .ok()
+            .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        let tokio = match self.tokio.or(current) {
+            Some(h) => TokioRuntime::borrowed(h),
+            None => TokioRuntime::own(
+                tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("troubadour-io")
+                    .enable_all()
+                    .build()?,
+            ),
+        };
+        crash_report::install();
+        let (node, index) = NodeId::start(&self.name)?;
+        let core = Arc::new(SystemCore {
+            scheduler: if self.manual_scheduling {
+                Scheduler::manual(self.budget, tokio.handle().clone(), self.crash_reports)
+            } else {
+                Scheduler::new(
+                    self.worker_threads,
+                    self.budget,
+                    tokio.handle().clone(),
+                    self.crash_reports,
+                )?
+            },
+            dead_letters: DeadLetters::default(),
+            registry: Registry::default(),
+            timers: if self.virtual_time {
+                Timers::virtual_clock()
+            } else {
+                Timers::default()
+            },
+            guardian: Guardian::new(self.guardian_strategy),
+            config: Config {
+                default_mailbox: self.default_mailbox,
+                ask_timeout: self.ask_timeout,
+            },
+            tokio,
+            node,
+            id_base: u64::from(index) << SERIAL_BITS,
+            next_id: AtomicU64::new(1),
+            shutting_down: AtomicBool::new(false),
+            divert: self.divert,
+            outbox: self.outbox,
+        });
+        Ok(ActorSystem {
+            handle: SystemHandle { core },
+            default_deadline: Duration::from_secs(5),
+        })
+    }
+}
