@@ -794,6 +794,21 @@ impl Handler<Children> for Parent {
     }
 }
 
+/// The parent hears of a child's exit on its own turn, after the child's
+/// waiters: asks until it no longer lists any child (LIVENESS is only the
+/// hang guard).
+fn no_children_eventually(parent: &ActorRef<Parent>) {
+    let start = std::time::Instant::now();
+    loop {
+        let children = parent.ask(Children).timeout(LIVENESS).wait().unwrap();
+        if children.is_empty() {
+            return;
+        }
+        assert!(start.elapsed() < LIVENESS, "still a child: {children:?}");
+        std::thread::yield_now();
+    }
+}
+
 fn parent_with(restart: Restart) -> (ActorSystem, common::Log, ActorRef<Parent>, ActorRef<Worker>) {
     let system = ActorSystem::new();
     let (tx, rx) = log();
@@ -828,10 +843,7 @@ fn a_transient_child_stopped_with_actor_ref_stop_stays_stopped() {
     child.stop();
     assert_eq!(stopped_reason(wait), Some(ExitReason::Normal));
     assert_eq!(rx.next(), "a stopped");
-    assert_eq!(
-        parent.ask(Children).timeout(LIVENESS).wait(),
-        Ok(Vec::<ActorId>::new())
-    );
+    no_children_eventually(&parent);
 }
 
 #[test]
@@ -845,10 +857,7 @@ fn terminate_child_stops_a_permanent_child_for_good() {
     assert_eq!(done, Ok(Ok(())));
     assert_eq!(stopped_reason(wait), Some(ExitReason::Shutdown));
     assert_eq!(rx.next(), "a stopped");
-    assert_eq!(
-        parent.ask(Children).timeout(LIVENESS).wait(),
-        Ok(Vec::<ActorId>::new())
-    );
+    no_children_eventually(&parent);
     assert!(rx.drain().is_empty(), "not restarted");
     // No longer its child.
     let again = parent
@@ -1185,4 +1194,15 @@ fn failures_decided_after_a_suspended_handler_join_the_one_for_all_restart_they_
         assert_eq!(common::block_on(p), Ok("pong"));
     }
     assert!(s.is_alive());
+}
+
+#[test]
+fn a_graceful_stop_sticks_even_for_a_permanent_child() {
+    let (_system, rx, parent, child) = parent_with(Restart::Permanent);
+    let wait = child.wait_stopped();
+    child.stop_gracefully();
+    assert_eq!(stopped_reason(wait), Some(ExitReason::Normal));
+    assert_eq!(rx.next(), "a stopped");
+    no_children_eventually(&parent);
+    assert!(rx.drain().is_empty(), "not restarted");
 }

@@ -30,14 +30,20 @@ fn node(producer: usize, seq: usize) -> *mut Link {
     })) as *mut Link
 }
 
+/// Frees a node made by [`node`], returning what it carried.
+///
+/// # Safety
+/// `p` came from `node` and is handed back by its queue, once.
 unsafe fn open(p: *mut Link) -> (usize, usize) {
-    let n = Box::from_raw(p as *mut Node);
+    // SAFETY: a boxed `Node` we own (contract).
+    let n = unsafe { Box::from_raw(p as *mut Node) };
     (n.producer, n.seq)
 }
 
 struct Shared(Queue);
-// SAFETY (test): the queue is Sync; the wrapper only moves it into an Arc.
+// SAFETY: (test) the queue is Sync; the wrapper only moves it into an Arc.
 unsafe impl Send for Shared {}
+// SAFETY: (test) as for `Send`.
 unsafe impl Sync for Shared {}
 
 /// Two producers, one consumer: every message arrives once, in per-producer
@@ -53,6 +59,7 @@ fn queue_mpsc_fifo_no_loss() {
                 let q = q.clone();
                 thread::spawn(move || {
                     for s in 0..(2 - p) {
+                        // SAFETY: a fresh node; the queue outlives it.
                         unsafe { q.0.push(node(p, s)) };
                     }
                 })
@@ -61,8 +68,10 @@ fn queue_mpsc_fifo_no_loss() {
         let mut next = [0usize; 2];
         let mut got = 0;
         while got < 3 {
+            // SAFETY: this thread is the only consumer.
             match unsafe { q.0.pop() } {
                 Pop::Data(p) => {
+                    // SAFETY: a node from `node`, handed back once.
                     let (prod, seq) = unsafe { open(p) };
                     assert_eq!(seq, next[prod]);
                     next[prod] += 1;
@@ -74,13 +83,16 @@ fn queue_mpsc_fifo_no_loss() {
         for p in producers {
             p.join().unwrap();
         }
+        // SAFETY: the only consumer.
         assert_eq!(unsafe { q.0.pop() }, Pop::Empty);
         assert!(q.0.looks_empty());
     });
 }
 
 struct Stack(SignalStack);
+// SAFETY: (test) the stack is Sync; the wrapper only moves it into an Arc.
 unsafe impl Send for Stack {}
+// SAFETY: (test) as for `Send`.
 unsafe impl Sync for Stack {}
 
 /// Signals pushed concurrently with a take-all are each taken exactly once,
@@ -94,12 +106,15 @@ fn signal_stack_take_all_races_pushes() {
                 let s = s.clone();
                 thread::spawn(move || {
                     for seq in 0..2 {
+                        // SAFETY: a fresh node; the stack outlives it.
                         unsafe { s.0.push(node(p, seq)) };
                     }
                 })
             })
             .collect();
         let mut next = [0usize; 2];
+        // SAFETY: this thread is the only consumer; every node in a taken
+        // chain came from `node` and is opened once, after reading its next.
         let take = |next: &mut [usize; 2]| unsafe {
             let mut p = s.0.take_all();
             while !p.is_null() {
@@ -131,15 +146,19 @@ fn scheduling_protocol_never_loses_a_wakeup() {
         consuming: AtomicBool,
         handled: AtomicUsize,
     }
+    // SAFETY: (test) the queue is only popped by the holder of the bit.
     unsafe impl Send for Actor {}
+    // SAFETY: (test) as for `Send`.
     unsafe impl Sync for Actor {}
 
     fn consume(a: &Actor) {
         loop {
             assert!(!a.consuming.swap(true, Ordering::SeqCst), "two consumers");
             loop {
+                // SAFETY: `consuming` asserts we are the only consumer.
                 match unsafe { a.queue.pop() } {
                     Pop::Data(p) => {
+                        // SAFETY: a node from `node`, handed back once.
                         unsafe { open(p) };
                         a.handled.fetch_add(1, Ordering::SeqCst);
                     }
@@ -168,6 +187,7 @@ fn scheduling_protocol_never_loses_a_wakeup() {
             .map(|p| {
                 let a = a.clone();
                 thread::spawn(move || {
+                    // SAFETY: a fresh node; the queue outlives it.
                     unsafe { a.queue.push(node(p, 0)) };
                     match a.run.notify(0) {
                         Notify::Acquired => consume(&a),

@@ -284,7 +284,8 @@ impl<A: Actor> ActorRef<A> {
     /// that sticks whatever the restart type, its supervisor calls
     /// [`Context::terminate_child`](crate::Context::terminate_child), or,
     /// for a top-level actor, anyone calls
-    /// [`SystemHandle::terminate`](crate::SystemHandle::terminate).
+    /// [`SystemHandle::terminate`](crate::SystemHandle::terminate); or
+    /// anyone stops it with [`stop_gracefully`](Self::stop_gracefully).
     pub fn stop(&self) {
         self.cell.send_signal(Signal::RequestStop);
     }
@@ -298,18 +299,12 @@ impl<A: Actor> ActorRef<A> {
     /// timers are refused with [`SendError::Stopped`] (an `ask` with
     /// [`AskError::Stopped`](crate::AskError::Stopped)) and counted as dead
     /// letters, as for a stopped actor. When the actor reaches the marker
-    /// it stops: `stopping`, its children stop, `stopped`, exit reason
-    /// [`ExitReason::Normal`]; then [`wait_stopped`](Self::wait_stopped)
-    /// resolves.
-    ///
-    /// The stop sticks whatever the actor's restart type, as Akka's
-    /// `PoisonPill` and kameo's `stop_gracefully` do: a
+    /// it stops as after [`stop`](Self::stop): exit reason
+    /// [`ExitReason::Normal`], `stopping`, its children stop, `stopped`;
+    /// then [`wait_stopped`](Self::wait_stopped) resolves. Unlike `stop`, it
+    /// is a stop for good: its mailbox is sealed, so even a
     /// [`Restart::Permanent`](crate::Restart::Permanent) actor is not
-    /// restarted (where [`stop`](Self::stop), a normal exit, restarts it as
-    /// OTP does), and its supervisor counts no restart. OTP has no graceful
-    /// stop; this is its `terminate_child` after the queue is drained.
-    ///
-    /// Control signals
+    /// restarted (as Akka does not restart after a `PoisonPill`). Control signals
     /// still overtake the queue: a `stop` or `kill` sent later stops the
     /// actor at once, and the messages not yet handled (and the marker)
     /// become dead letters.

@@ -160,6 +160,7 @@ impl<A: Actor> Context<A> {
     }
 
     /// Counts a message that reached this actor too late to be handled.
+    #[cfg(feature = "simulation")]
     pub(crate) fn dead_letter(&self, message: &'static str) {
         let cell = self.cell();
         cell.system.dead_letters.record(cell.id, message);

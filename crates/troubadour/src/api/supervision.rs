@@ -229,7 +229,9 @@ pub enum Restart {
     /// supervisor stops it for good:
     /// [`Context::terminate_child`](crate::Context::terminate_child),
     /// [`SystemHandle::terminate`](crate::SystemHandle::terminate), or the
-    /// stop of the supervisor or the system.
+    /// stop of the supervisor or the system; and a graceful stop
+    /// ([`ActorRef::stop_gracefully`](crate::ActorRef::stop_gracefully)),
+    /// which seals its mailbox for good.
     Permanent,
     /// Restarted after a failure (not after a normal stop). The default for
     /// actors spawned from a factory.

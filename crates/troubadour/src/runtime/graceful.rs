@@ -5,16 +5,13 @@
 //! It is a mailbox node rather than a control signal because signals
 //! overtake user messages and this must not: the point is to handle what is
 //! queued first (Akka's `PoisonPill`, kameo's `stop_gracefully`). Reaching
-//! it, the actor queues a stop signal to itself, the one a supervisor's
-//! `terminate_child` sends, so from there on it is an ordinary stop
-//! (`stopping`, children, `stopped`) with reason `Normal` that no
-//! supervisor answers with a restart: not [`ActorRef::stop`]'s
-//! `RequestStop`, which restarts a `Permanent` actor (OTP). An actor that
-//! drained its mailbox and came back would leave its `SEALED` bit refusing
-//! every message. Ordinary messages never see any of this: their vtables,
-//! and the turn, are unchanged.
-//!
-//! [`ActorRef::stop`]: crate::ActorRef::stop
+//! it, the actor queues a stop signal to itself, so from there on a
+//! graceful stop is the stop of [`ActorRef::stop`](crate::ActorRef::stop):
+//! `stopping`, children, `stopped`, the same exit reason. It is a stop for
+//! good, though, whatever the restart type: the mailbox is sealed from the
+//! call on, so a restarted instance could take no message (Akka does not
+//! restart after a `PoisonPill` either). Ordinary messages never see any of
+//! this: their vtables, and the turn, are unchanged.
 
 use crate::api::actor::Actor;
 use crate::api::context::Context;

@@ -278,6 +278,7 @@ impl Scheduler {
 
     /// On a manual scheduler: how many actors are ready to run (0 on a
     /// scheduler with workers).
+    #[cfg(feature = "simulation")]
     pub(crate) fn ready_len(&self) -> usize {
         self.ready().map_or(0, |ready| ready.len())
     }

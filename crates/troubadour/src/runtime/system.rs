@@ -15,12 +15,15 @@ use crate::api::supervision::{RestartLog, SupervisorStrategy};
 use crate::runtime::crash_report::{self, CrashReports};
 use crate::runtime::dead_letters::{DeadLetter, DeadLetters};
 use crate::runtime::registry::Registry;
-use crate::runtime::scheduler::{Scheduler, TurnRun};
+use crate::runtime::scheduler::Scheduler;
+#[cfg(feature = "simulation")]
+use crate::runtime::scheduler::TurnRun;
 use crate::runtime::signal::{ControlHandle, Signal};
 use crate::runtime::spawn::{spawn_actor, Mailbox, Source, SpawnOptions};
 use crate::runtime::timer::{Clock, Sleep, Timers};
 use crate::runtime::tokio_runtime::TokioRuntime;
 use crate::simulation::divert::{Divert, Outbox};
+#[cfg(feature = "simulation")]
 use crate::simulation::in_flight::InFlight;
 use std::collections::HashMap;
 use std::future::Future;

@@ -21,7 +21,9 @@
 use crate::api::actor::Actor;
 use crate::api::exit::ActorId;
 use crate::runtime::cell::ActorCell;
-use crate::runtime::envelope::{injected, Envelope, InjectedFault};
+use crate::runtime::envelope::Envelope;
+#[cfg(feature = "simulation")]
+use crate::simulation::faults::{injected, InjectedFault};
 use std::fmt;
 use std::sync::Arc;
 
@@ -69,7 +71,9 @@ pub struct InFlight {
 /// How a held message reaches its actor.
 pub(crate) enum Delivery {
     Normal,
+    #[cfg(feature = "simulation")]
     Panic(String),
+    #[cfg(feature = "simulation")]
     StopFirst,
 }
 
@@ -135,6 +139,8 @@ impl InFlight {
         self.target.deliver(Delivery::Normal);
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// Delivers it so that the actor panics when it reaches this message,
     /// exactly as if the handler had panicked with `message`: the message is
     /// lost (an `ask` for it fails with `NoReply`), the actor fails with
@@ -147,6 +153,8 @@ impl InFlight {
         self.target.deliver(Delivery::Panic(message.into()));
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// Delivers it behind a stop: the actor stops normally (its hooks run)
     /// when it reaches this point, so this message and any later one go to
     /// dead letters.
@@ -201,12 +209,14 @@ impl<A: Actor> Deliver for Held<A> {
         unsafe {
             match how {
                 Delivery::Normal => self.cell.enqueue(env),
+                #[cfg(feature = "simulation")]
                 Delivery::Panic(message) => {
                     self.cell
                         .enqueue(injected(InjectedFault::Panic(message), env));
                 }
                 // One node either way, so a bounded mailbox's permit (taken
                 // at the send) is returned exactly once, when it is taken out.
+                #[cfg(feature = "simulation")]
                 Delivery::StopFirst => self.cell.enqueue(injected(InjectedFault::Stop, env)),
             }
         }

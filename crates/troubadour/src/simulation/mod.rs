@@ -5,4 +5,6 @@
 //! system without a divert.
 
 pub mod divert;
+#[cfg(feature = "simulation")]
+pub(crate) mod faults;
 pub(crate) mod in_flight;

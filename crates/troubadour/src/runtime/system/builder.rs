@@ -107,6 +107,8 @@ impl ActorSystemBuilder {
         self
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// No worker threads: actors run only when
     /// [`SystemHandle::run_one`] runs them, one turn at a time on the
     /// calling thread, and time is virtual (see
@@ -120,6 +122,8 @@ impl ActorSystemBuilder {
         self
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// Every `tell` and `ask` is held as an [`InFlight`] instead of entering
     /// the mailbox, until whoever drives the system takes it with
     /// [`SystemHandle::take_in_flight`] and delivers it (or injects a fault

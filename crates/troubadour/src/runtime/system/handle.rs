@@ -173,6 +173,8 @@ impl SystemHandle {
         Ok(self.core.timers.advance(by))
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// On a system built with
     /// [`manual_scheduling`](ActorSystemBuilder::manual_scheduling): runs one
     /// turn of one ready actor on this thread. `choose(n)` is given the
@@ -184,6 +186,8 @@ impl SystemHandle {
         self.core.scheduler.run_one(choose)
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// On a manually scheduled system: how many actors are ready to run
     /// (the `n` the next [`run_one`](Self::run_one) will choose from). 0 on
     /// a system with worker threads.
@@ -191,6 +195,8 @@ impl SystemHandle {
         self.core.scheduler.ready_len()
     }
 
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
     /// On a system built with
     /// [`hold_messages`](ActorSystemBuilder::hold_messages): every message
     /// sent since the last call, in the order sent, for the caller to

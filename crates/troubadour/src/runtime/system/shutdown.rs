@@ -69,8 +69,10 @@ impl ActorSystem {
         // Held messages were sent before the shutdown: they reach their
         // actors (and are drained to dead letters with them), and later
         // sends are no longer held.
-        for held in self.take_in_flight() {
-            held.deliver();
+        if let Some(outbox) = &core.outbox {
+            for held in outbox.take() {
+                held.deliver();
+            }
         }
         core.guardian.stop_all();
         let until = Instant::now() + deadline;
