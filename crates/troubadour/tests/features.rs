@@ -601,3 +601,95 @@ fn under_simulation_no_fault_can_lose_the_marker() {
         assert!(!actor.is_alive(), "{fault}");
     }
 }
+
+/// Logs its starts and stops, to see whether it was restarted.
+struct Phoenix {
+    log: Sender<String>,
+}
+
+impl Actor for Phoenix {
+    fn started(&mut self, _: &mut Context<Self>) {
+        let _ = self.log.send("started".into());
+    }
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let _ = self.log.send("stopped".into());
+    }
+}
+
+impl Handler<Item> for Phoenix {
+    fn handle(&mut self, Item(n): Item, _: &mut Context<Self>) -> u32 {
+        let _ = self.log.send(format!("item {n}"));
+        n
+    }
+}
+
+fn phoenix(log: &Sender<String>) -> impl FnMut() -> Phoenix + Send + 'static {
+    let log = log.clone();
+    move || Phoenix { log: log.clone() }
+}
+
+/// Asks a parent for a permanent child (`Some`) or its children's ids.
+enum Nursery {
+    Spawn(Sender<String>),
+    Children,
+}
+impl Message for Nursery {
+    type Reply = (Option<ActorRef<Phoenix>>, Vec<ActorId>);
+}
+
+#[test]
+fn a_graceful_stop_sticks_even_for_a_permanent_actor() {
+    // Akka's PoisonPill and kameo's stop_gracefully end the actor; unlike
+    // `ActorRef::stop` (a normal exit, which OTP restarts when permanent),
+    // draining and then coming back would help nobody.
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let (tx, rx) = log();
+    let top = system
+        .spawn_factory_with_options(
+            SpawnOptions::new().restart(Restart::Permanent),
+            phoenix(&tx),
+        )
+        .unwrap();
+    assert_eq!(rx.next(), "started");
+    top.tell(Item(1)).unwrap();
+    top.stop_gracefully();
+    assert_eq!(within(&system, top.wait_stopped()), ExitReason::Normal);
+    assert_eq!(rx.drain(), ["item 1", "stopped"]);
+    assert!(!top.is_alive());
+
+    // The same for a child: its supervisor does not restart it and no
+    // longer counts it among its children.
+    let parent = system
+        .spawn_fn((), |_, msg: Nursery, ctx| match msg {
+            Nursery::Spawn(log) => {
+                let child = ctx
+                    .spawn_factory_with_options(
+                        SpawnOptions::new().restart(Restart::Permanent),
+                        phoenix(&log),
+                    )
+                    .expect("the parent is running");
+                (Some(child), ctx.children())
+            }
+            Nursery::Children => (None, ctx.children()),
+        })
+        .unwrap();
+    let (child, _) = within(&system, parent.ask(Nursery::Spawn(tx))).unwrap();
+    let child = child.unwrap();
+    assert_eq!(rx.next(), "started");
+    child.tell(Item(2)).unwrap();
+    child.stop_gracefully();
+    assert_eq!(within(&system, child.wait_stopped()), ExitReason::Normal);
+    assert_eq!(rx.drain(), ["item 2", "stopped"]);
+    let started = std::time::Instant::now();
+    loop {
+        // The parent hears of the exit on its own turn; poll, as a hang guard.
+        let (_, children) = within(&system, parent.ask(Nursery::Children)).unwrap();
+        if children.is_empty() {
+            break;
+        }
+        assert!(started.elapsed() < LIVENESS, "still a child: {children:?}");
+        std::thread::yield_now();
+    }
+    assert!(rx.drain().is_empty(), "not restarted");
+    assert!(!child.is_alive());
+}

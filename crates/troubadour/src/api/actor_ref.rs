@@ -307,14 +307,17 @@ impl<A: Actor> ActorRef<A> {
     /// restarted (as Akka does not restart after a `PoisonPill`). Control signals
     /// still overtake the queue: a `stop` or `kill` sent later stops the
     /// actor at once, and the messages not yet handled (and the marker)
-    /// become dead letters.
+    /// become dead letters. Messages the actor stashed and has not unstashed
+    /// by then are not in the queue: they become dead letters when it stops,
+    /// as on any stop. Until it has stopped, [`is_alive`](Self::is_alive)
+    /// stays `true`.
     ///
     /// The marker takes no room in a bounded mailbox, so a full mailbox
     /// never refuses a graceful stop; senders waiting in `send(..).await`
     /// for room get [`SendError::Stopped`] once room frees up. On a system
-    /// built with [`hold_messages`](crate::ActorSystemBuilder::hold_messages)
-    /// the marker is held and delivered like a message, so messages held
-    /// before it still arrive first. Calling it again, or on a stopped actor,
+    /// whose sends are diverted (a simulation's `hold_messages()`, with the
+    /// `simulation` feature) the marker is held and delivered like a
+    /// message, so messages held before it still arrive first. Calling it again, or on a stopped actor,
     /// does nothing.
     ///
     /// ```

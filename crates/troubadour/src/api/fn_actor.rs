@@ -30,6 +30,11 @@ type Behaviour<S, M> =
 /// It has the default lifecycle hooks and supervises its own children with
 /// the default [`SupervisorStrategy`](crate::SupervisorStrategy); an actor
 /// that needs its own hooks or strategy is better written as a struct.
+///
+/// Unlike Akka Typed's `Behaviors.receive`, whose handler returns the
+/// behaviour for the next message, the closure stays the same and the state
+/// changes in place: an actor that moves between behaviours keeps an enum
+/// in its state and matches on it.
 pub struct FnActor<S: Send + 'static, M: Message> {
     state: S,
     behaviour: Behaviour<S, M>,

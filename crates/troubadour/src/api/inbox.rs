@@ -41,9 +41,9 @@ use tokio::sync::oneshot;
 ///
 /// Differences from an actor, by design: an inbox has no [`ActorRef`]
 /// (it cannot be linked, monitored or supervised, and has no lifecycle
-/// hooks), its mailbox is unbounded, and on a system built with
-/// [`hold_messages`](crate::ActorSystemBuilder::hold_messages) sends to it
-/// are not held for the simulation but arrive at once.
+/// hooks), its mailbox is unbounded, and on a system whose sends are
+/// diverted (a simulation's `hold_messages()`, with the `simulation`
+/// feature) sends to it are not held but arrive at once.
 ///
 /// [`ActorRef`]: crate::ActorRef
 ///

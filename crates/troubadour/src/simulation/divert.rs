@@ -7,7 +7,7 @@
 //! decides what becomes of it: deliver it now or later, in an order of its
 //! choosing, inject a fault at its place, or lose it. The test kit's
 //! simulated network is one divert ([`Outbox`], behind
-//! [`hold_messages`](crate::ActorSystemBuilder::hold_messages)); the remote
+//! `hold_messages` (with the `simulation` feature)); the remote
 //! layer is the next.
 //!
 //! What it costs: nothing on a system without one. Every actor of a system
@@ -72,9 +72,9 @@ impl<D: Divert + ?Sized> Divert for std::sync::Arc<D> {
 }
 
 /// The divert behind
-/// [`hold_messages`](crate::ActorSystemBuilder::hold_messages): keeps every
+/// `hold_messages` (with the `simulation` feature): keeps every
 /// message, in the order sent, until
-/// [`SystemHandle::take_in_flight`](crate::SystemHandle::take_in_flight)
+/// `SystemHandle::take_in_flight`
 /// takes them.
 #[derive(Default)]
 pub struct Outbox {

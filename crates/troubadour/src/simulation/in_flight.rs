@@ -28,7 +28,7 @@ use std::fmt;
 use std::sync::Arc;
 
 /// A message on its way to an actor, held by a system built with
-/// [`hold_messages`](crate::ActorSystemBuilder::hold_messages) until someone
+/// `hold_messages` (with the `simulation` feature) until someone
 /// delivers it. Dropping it undelivered counts it as a dead letter (nothing
 /// is lost silently); [`lose`](Self::lose) is the deliberate exception.
 ///

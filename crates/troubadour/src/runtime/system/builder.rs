@@ -142,7 +142,7 @@ impl ActorSystemBuilder {
     /// the mailbox: the seam for extensions that stand between senders and
     /// actors (a simulated network, the remote layer). See
     /// [`divert`](crate::simulation::divert). Replaces
-    /// [`hold_messages`](Self::hold_messages), which is this with the
+    /// `hold_messages` (with the `simulation` feature), which is this with the
     /// built-in [`Outbox`].
     pub fn divert(mut self, divert: impl Divert) -> Self {
         self.divert = Some(Arc::new(divert));
