@@ -79,8 +79,14 @@ impl Guardian {
                     (child, allowed)
                 };
                 let Some(child) = child else { return };
+                // A permanent actor's normal exit (`ActorRef::stop`) is
+                // restarted as OTP does, but it is no failure to warn about.
                 #[cfg(feature = "tracing")]
-                tracing::warn!(actor = %id, %reason, restart = verdict, "top-level actor failed");
+                if reason.is_normal() {
+                    tracing::info!(actor = %id, %reason, restart = verdict, "permanent top-level actor exited");
+                } else {
+                    tracing::warn!(actor = %id, %reason, restart = verdict, "top-level actor failed");
+                }
                 child.signal(if verdict {
                     Signal::Restart(reason)
                 } else {
