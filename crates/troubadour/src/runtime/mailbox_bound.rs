@@ -117,6 +117,72 @@ mod tests {
         assert!(matches!(bound.take(), Err(NoRoom::Full)));
     }
 
+    /// Producers taking room (user sends refused when full, system messages
+    /// over the bound) race a consumer freeing it; when everything has
+    /// left, the bound is exactly as it started: no room lost, none made.
+    #[test]
+    fn racing_sends_and_frees_leave_the_bound_unchanged() {
+        use std::sync::atomic::AtomicUsize;
+        use std::sync::Arc;
+        const CAPACITY: usize = 8;
+        let rounds = if cfg!(miri) { 50 } else { 20_000 };
+        let bound = Arc::new(MailboxBound::new(CAPACITY));
+        let inside = Arc::new(AtomicUsize::new(0));
+        let producers: Vec<_> = (0..3)
+            .map(|p| {
+                let (bound, inside) = (bound.clone(), inside.clone());
+                std::thread::spawn(move || {
+                    for i in 0..rounds {
+                        let entered = if (i + p) % 3 == 0 {
+                            bound.take_for_system().is_ok()
+                        } else {
+                            bound.take().is_ok()
+                        };
+                        if entered {
+                            inside.fetch_add(1, Ordering::AcqRel);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let consumer = {
+            let (bound, inside) = (bound.clone(), inside.clone());
+            std::thread::spawn(move || {
+                let mut freed = 0usize;
+                let mut idle = 0u32;
+                while idle < 1000 {
+                    if inside
+                        .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+                        .is_ok()
+                    {
+                        bound.free();
+                        freed += 1;
+                        idle = 0;
+                    } else {
+                        idle += 1;
+                        std::thread::yield_now();
+                    }
+                }
+                freed
+            })
+        };
+        for p in producers {
+            p.join().unwrap();
+        }
+        consumer.join().unwrap();
+        while inside
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            bound.free();
+        }
+        assert_eq!(bound.over.load(Ordering::Acquire), 0, "every debt was paid");
+        for _ in 0..CAPACITY {
+            assert!(bound.take().is_ok(), "room was lost");
+        }
+        assert!(matches!(bound.take(), Err(NoRoom::Full)), "room was made");
+    }
+
     #[test]
     fn a_closed_bound_refuses_system_messages_too() {
         let bound = MailboxBound::new(4);
