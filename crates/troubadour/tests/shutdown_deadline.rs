@@ -44,7 +44,13 @@ impl Handler<Ping> for Stuck {
 /// A system whose only actor is stuck in a handler, and the sender that
 /// releases it.
 fn stuck_system() -> (ActorSystem, ActorRef<Stuck>, Sender<()>) {
-    let system = ActorSystem::builder().worker_threads(1).build();
+    stuck_system_from(ActorSystem::builder().worker_threads(1))
+}
+
+fn stuck_system_from(
+    builder: troubadour::ActorSystemBuilder,
+) -> (ActorSystem, ActorRef<Stuck>, Sender<()>) {
+    let system = builder.build();
     let (entered_tx, entered) = channel();
     let (release, release_rx) = channel();
     let stuck = system
@@ -162,17 +168,7 @@ fn a_sleep_on_a_shut_down_system_ends_at_once() {
 
 #[test]
 fn on_virtual_time_an_ask_waiting_at_shutdown_ends_with_a_typed_error() {
-    let system = ActorSystem::builder().virtual_time().build();
-    let (entered_tx, entered) = channel();
-    let (release, release_rx) = channel();
-    let stuck = system
-        .spawn(Stuck {
-            entered: entered_tx,
-            release: Mutex::new(release_rx),
-        })
-        .unwrap();
-    stuck.tell(Block).unwrap();
-    entered.recv_timeout(LIVENESS).unwrap();
+    let (system, stuck, release) = stuck_system_from(ActorSystem::builder().virtual_time());
     let (answer_tx, answer) = channel();
     let asker = stuck.clone();
     std::thread::spawn(move || {
