@@ -274,16 +274,16 @@ impl<A: Actor> ActorCell<A> {
         message: &'static str,
         ask: bool,
     ) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
-        unsafe {
-            let core = &self.system;
-            match core.divert() {
-                Some(divert) if !core.is_shutting_down() => {
-                    let from = core.scheduler.current_actor();
-                    divert.divert(InFlight::new(from, self.clone(), env, message, ask));
-                }
-                _ => self.enqueue(env),
+        let core = &self.system;
+        match core.divert() {
+            Some(divert) if !core.is_shutting_down() => {
+                let from = core.scheduler.current_actor();
+                // SAFETY: the node is ours to give (contract).
+                let held = unsafe { InFlight::new(from, self.clone(), env, message, ask) };
+                divert.divert(held);
             }
+            // SAFETY: as above.
+            _ => unsafe { self.enqueue(env) },
         }
     }
 
@@ -317,18 +317,23 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// The consumer role just won by a producer: schedule the actor, or, if
+    /// it has stopped, drain what was sent to it and give the role up.
+    ///
     /// # Safety
     /// `how` is what `self.run.notify` returned to this thread just now:
     /// with `Acquired` or `AcquiredClosed` the caller holds the role.
     #[inline(never)]
     unsafe fn acquired(self: &Arc<Self>, how: Notify) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
-        unsafe {
-            match how {
-                Notify::AlreadyScheduled => {}
-                Notify::Acquired => self.schedule(),
-                Notify::AcquiredClosed => {
-                    // We own a stopped actor: report what was sent to it.
+        match how {
+            Notify::AlreadyScheduled => {}
+            // SAFETY: we hold the role (contract) and hand it over.
+            Notify::Acquired => unsafe { self.schedule() },
+            Notify::AcquiredClosed => {
+                // We own a stopped actor: report what was sent to it.
+                // SAFETY: we hold the role (contract), and again whenever
+                // `release` says it was taken back.
+                unsafe {
                     self.drain_closed();
                     if self.run.release(|_| self.has_input_closed()) {
                         self.drain_closed_loop();
@@ -338,11 +343,13 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Drains a stopped actor until a release finds nothing more.
+    ///
     /// # Safety
     /// The caller holds the consumer role of a stopped (`CLOSED`) actor; it
     /// has given it up when this returns.
     unsafe fn drain_closed_loop(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             loop {
                 self.drain_closed();
@@ -360,7 +367,7 @@ impl<A: Actor> ActorCell<A> {
     /// The caller holds the consumer role, and hands it over with this
     /// call: it must not touch the actor's consumer state afterwards.
     pub(crate) unsafe fn schedule(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.config.as_ref().and_then(|c| c.dedicated.as_ref()) {
                 Some(unparker) => unparker.unpark(),
@@ -393,7 +400,8 @@ impl<A: Actor> ActorCell<A> {
     /// The caller holds the consumer role; it has given it up when this
     /// returns.
     pub(crate) unsafe fn release_all(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the role (contract), and again each time
+        // `release` says it was taken back.
         unsafe {
             while self.release() {
                 self.run_guarded(u32::MAX);
@@ -414,34 +422,40 @@ impl<A: Actor> ActorCell<A> {
     // SAFETY (all `unsafe` accessors below): callers hold the SCHEDULED bit
     // or own the cell through a `LocalActor`.
 
+    /// Where the actor is in its life.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     #[inline]
     pub(crate) unsafe fn phase(&self) -> Phase {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe { *self.phase.get() }
     }
 
+    /// Moves the actor to phase `p`.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     #[inline]
     unsafe fn set_phase(&self, p: Phase) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             *self.phase.get() = p;
         }
     }
 
+    /// Records what user code asked for (stop, fail); applied after it returns.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(crate) unsafe fn request(&self, r: Request, reason: Option<ExitReason>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             *self.request.get() = r;
             if let Some(reason) = reason {
@@ -452,6 +466,8 @@ impl<A: Actor> ActorCell<A> {
 
     #[inline]
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The extras, if allocated.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
@@ -460,7 +476,7 @@ impl<A: Actor> ActorCell<A> {
     /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras_opt(&self) -> Option<&mut Extras<A>> {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe { (*self.extras.get()).as_deref_mut() }
     }
 
@@ -474,11 +490,13 @@ impl<A: Actor> ActorCell<A> {
     /// No `&mut` into the extras is used while the returned reference lives.
     #[inline]
     pub(crate) unsafe fn extras_ref(&self) -> Option<&Extras<A>> {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe { (*self.extras.get()).as_deref() }
     }
 
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The extras, allocated on first use.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
@@ -487,12 +505,14 @@ impl<A: Actor> ActorCell<A> {
     /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn extras(&self) -> &mut Extras<A> {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe { (*self.extras.get()).get_or_insert_with(Default::default) }
     }
 
     #[inline]
     // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    /// The actor.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
@@ -502,7 +522,7 @@ impl<A: Actor> ActorCell<A> {
     /// handler's future holds one: see `has_suspended`).
     #[allow(clippy::mut_from_ref)]
     pub(crate) unsafe fn actor_mut(&self) -> &mut A {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             debug_assert!(*self.has_actor.get());
             (*self.actor.get()).assume_init_mut()
@@ -531,7 +551,7 @@ impl<A: Actor> ActorCell<A> {
     /// `LocalActor`.
     /// No reference to the actor is alive (a suspended future is dropped first).
     unsafe fn drop_actor(&self) -> Option<ExitReason> {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if !std::mem::replace(&mut *self.has_actor.get(), false) {
                 return None;
@@ -569,7 +589,7 @@ impl<A: Actor> ActorCell<A> {
         self: &Arc<Self>,
         hook: impl FnOnce(&mut A, &mut Context<A>),
     ) -> Option<ExitReason> {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if !*self.has_actor.get() {
                 return None;
@@ -597,7 +617,7 @@ impl<A: Actor> ActorCell<A> {
     /// `LocalActor`.
     #[inline]
     pub(crate) unsafe fn has_suspended(&self) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe { self.extras_ref().is_some_and(|e| e.suspended.is_some()) }
     }
 
@@ -613,7 +633,7 @@ impl<A: Actor> ActorCell<A> {
     /// The cell is detached (a `LocalActor`'s): nobody else may run it.
     #[cold]
     pub(crate) unsafe fn finish_suspended(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             // While we wait, the future's wake-ups must unpark this thread; the
             // cell's own waker would only set `WOKEN` on a cell nobody else may
@@ -647,7 +667,7 @@ impl<A: Actor> ActorCell<A> {
     /// No other reference into the extras (from this or another accessor) is
     /// used while the returned one lives.
     pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let extras = self.extras();
             extras
@@ -669,7 +689,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn turn(self: &Arc<Self>, budget: u32) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let woken = self.run.take_woken();
             if self.phase() == Phase::Starting {
@@ -780,7 +800,7 @@ impl<A: Actor> ActorCell<A> {
     /// `LocalActor`.
     /// `env` is a live node built for this actor type, owned by the caller.
     unsafe fn dispatch(self: &Arc<Self>, env: *mut Envelope<A>, ctx: &mut Context<A>) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match Envelope::handle(env, self.actor_mut(), ctx) {
                 Handled::Done => {}
@@ -812,7 +832,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn resume_suspended(self: &Arc<Self>) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let waker = self.waker();
             let Some(fut) = self.extras().suspended.as_mut() else {
@@ -846,7 +866,7 @@ impl<A: Actor> ActorCell<A> {
     /// `LocalActor`.
     /// No reference to the actor from user code is alive.
     unsafe fn after_user_code(self: &Arc<Self>) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match std::mem::replace(&mut *self.request.get(), Request::None) {
                 Request::None => {}
@@ -894,7 +914,7 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role.
     pub(crate) unsafe fn fail_from_panic(self: &Arc<Self>, payload: Box<dyn std::any::Any + Send>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             self.report_crash();
             let reason = ExitReason::Panicked(panic_message(&*payload));
@@ -941,7 +961,7 @@ impl<A: Actor> Runnable for ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if self.run_guarded(budget) || self.release() {
                 Turn::Again

@@ -14,12 +14,14 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
 impl<A: Actor> ActorCell<A> {
+    /// Applies every queued control signal, in the order sent.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn process_signals(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if self.signals.looks_empty() {
                 return;
@@ -48,12 +50,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Applies one control signal.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match signal {
                 Signal::Stop(reason) => self.begin_stop(reason),
@@ -130,7 +134,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn advance_plan(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let Some(plan) = self.extras().plan.as_mut() else {
                 return;
@@ -158,7 +162,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn stop_for_restart(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.phase() {
                 Phase::Stopped => {}
@@ -197,7 +201,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn park(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             self.drop_actor();
             *self.request.get() = Request::None;
@@ -213,7 +217,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn signal_after_stop(self: &Arc<Self>, signal: Signal) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let reason = if self.run.load() & EXITED_NORMAL != 0 {
                 ExitReason::Normal
@@ -239,7 +243,7 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role (the actor's own turn).
     pub(crate) unsafe fn add_link(&self, other: Arc<dyn ControlHandle>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let links = &mut self.extras().links;
             if links.iter().all(|l| l.id() != other.id()) {
@@ -248,12 +252,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// An exit signal from a linked actor: trapped as a message, or fails this one.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let extras = self.extras();
             extras.links.retain(|l| l.id() != from);
@@ -290,7 +296,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.phase() {
                 Phase::Stopped => return,
@@ -348,12 +354,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// The actor stopped itself: a stop, or a restart for a permanent one.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn self_stop(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if self.restartable(&reason) {
                 // A permanent actor that stops itself is restarted.
@@ -364,12 +372,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Whether a failure for `reason` waits for the supervisor's decision.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn restartable(&self, reason: &ExitReason) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.extras_opt() {
                 Some(e) if e.factory.is_some() => match e.restart {
@@ -382,12 +392,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Drops a suspended handler's future (and the `&mut A` it holds).
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn drop_suspended(&self) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if let Some(e) = self.extras_opt() {
                 // Whatever drops the handler (stop, kill, restart, failure)
@@ -409,7 +421,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.phase() {
                 Phase::Stopped => return,
@@ -445,7 +457,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     unsafe fn stop_children_then(&self, then: AfterChildren) -> bool {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             self.run.new_incarnation();
             let Some(extras) = self.extras_opt() else {
@@ -465,12 +477,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Kills every child, without waiting for them.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn kill_children(&self) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if let Some(extras) = self.extras_opt() {
                 for child in std::mem::take(&mut extras.children).into_values() {
@@ -480,12 +494,15 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// The children have all stopped: finish the stop or the restart that
+    /// waited for them.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn after_children(self: &Arc<Self>) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.extras().then.take() {
                 Some(AfterChildren::Stop(reason)) => self.finish_stop(reason),
@@ -508,7 +525,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let mut reason = reason;
             if self.phase() != Phase::Starting {
@@ -570,12 +587,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Every queued message becomes a dead letter.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn drain_mailbox(&self) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             loop {
                 match self.mailbox.pop() {
@@ -615,7 +634,7 @@ impl<A: Actor> ActorCell<A> {
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if matches!(self.phase(), Phase::Stopped | Phase::Draining) {
                 // Stopped, or a stop or restart is under way: that one wins.
@@ -640,12 +659,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Builds a fresh actor from the factory and runs `after_restart`.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             self.drop_actor();
             *self.request.get() = Request::None;
@@ -700,12 +721,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// The supervisor's side: restart (per strategy) or escalate.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn on_child_failed(self: &Arc<Self>, child: ActorId, reason: ExitReason) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if !matches!(self.phase(), Phase::Running | Phase::Starting) {
                 // We are stopping or failed ourselves; the child is stopped with us.
@@ -758,12 +781,14 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Signals the parent, or the guardian for a top-level actor.
+    ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
     pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
-        // SAFETY: the caller holds what this function's `# Safety` asks for.
+        // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match self.extras_opt().and_then(|e| e.parent.clone()) {
                 Some(p) => p.signal(signal),
