@@ -522,18 +522,28 @@ where
     let max = limits.cap(max_lane).max(limits.cap(header.lane));
     let start = out.len();
     out.extend_from_slice(&[0; HEADER_LEN]);
-    let result = write_payload(out, max as usize).and_then(|()| {
-        let len = out.len() - start - HEADER_LEN;
-        let mut lane = header.lane;
-        if len > limits.cap(lane) as usize && header.kind == Kind::Message {
-            lane = Lane::Large;
-        }
-        let cap = limits.cap(lane);
-        match u32::try_from(len) {
-            Ok(len) if len <= cap => Ok((lane, len)),
-            _ => Err(EncodeError::TooLong { lane, len, cap }),
-        }
-    });
+    let result = write_payload(out, max as usize)
+        .map_err(|e| match e {
+            // The writer knows the byte budget, not the lane it stands for.
+            EncodeError::TooLong { len, .. } => EncodeError::TooLong {
+                lane: max_lane,
+                len,
+                cap: limits.cap(max_lane),
+            },
+            e => e,
+        })
+        .and_then(|()| {
+            let len = out.len() - start - HEADER_LEN;
+            let mut lane = header.lane;
+            if len > limits.cap(lane) as usize && header.kind == Kind::Message {
+                lane = Lane::Large;
+            }
+            let cap = limits.cap(lane);
+            match u32::try_from(len) {
+                Ok(len) if len <= cap => Ok((lane, len)),
+                _ => Err(EncodeError::TooLong { lane, len, cap }),
+            }
+        });
     match result {
         Ok((lane, len)) => {
             let header = Header { lane, ..*header };

@@ -407,3 +407,24 @@ proptest! {
         let _ = decode_payload::<Handshake>(&payload, DEFAULT_MAX_DEPTH);
     }
 }
+
+#[test]
+fn a_handshake_over_the_control_cap_is_refused_naming_the_control_lane() {
+    let limits = Limits::default().with_control_cap(64);
+    let hello = Handshake {
+        cluster: "c".repeat(100),
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "n".into(),
+        incarnation: 1,
+    };
+    let mut wire = Vec::new();
+    assert!(matches!(
+        hello.encode(&mut wire, &limits),
+        Err(EncodeError::TooLong {
+            lane: Lane::Control,
+            cap: 64,
+            ..
+        })
+    ));
+    assert!(wire.is_empty());
+}

@@ -186,3 +186,46 @@ fn the_named_hostile_inputs_end_as_decision_0017_says() {
         );
     }
 }
+
+/// The payload fuzz target's types: a recursive enum with every way of
+/// nesting (variant, sequence, option).
+#[derive(Serialize, Deserialize, Debug)]
+enum Tree {
+    Leaf,
+    Deeper(Box<Tree>),
+    Many(Vec<Tree>),
+    Maybe(Option<Box<Tree>>),
+}
+
+#[test]
+fn no_payload_corpus_input_panics_or_overflows_the_stack() {
+    use troubadour_remote::codec::{decode_payload, DEFAULT_MAX_DEPTH};
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz-corpus/payload");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let input = std::fs::read(&path).unwrap();
+        let _ = decode_payload::<Handshake>(&input, DEFAULT_MAX_DEPTH);
+        let tree = decode_payload::<Tree>(&input, DEFAULT_MAX_DEPTH);
+        if path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("deep-")
+        {
+            assert!(
+                matches!(tree, Err(DecodeError::TooDeep { .. })),
+                "{}: {tree:?}",
+                path.display()
+            );
+        }
+        count += 1;
+    }
+    assert!(
+        count >= 7,
+        "the payload corpus went missing: {count} inputs"
+    );
+    let handshake = std::fs::read(dir.join("handshake")).unwrap();
+    assert!(decode_payload::<Handshake>(&handshake, DEFAULT_MAX_DEPTH).is_ok());
+}
