@@ -31,6 +31,7 @@ struct Post {
 /// What one input did: the per-message outcomes, then how the stream ended.
 #[derive(Debug)]
 struct Run {
+    handshakes: Vec<Result<(), DecodeError>>,
     messages: Vec<Result<(), MessageError>>,
     end: Result<(), FrameError>,
 }
@@ -42,14 +43,13 @@ fn run(input: &[u8], piece: usize) -> Run {
     registry.register::<Post>("corpus::Post").unwrap();
     let mut decoder = FrameDecoder::new(Limits::default());
     let mut messages = Vec::new();
+    let mut handshakes = Vec::new();
     for chunk in input.chunks(piece.max(1)) {
         decoder.feed(chunk);
         loop {
             match decoder.decode() {
                 Ok(Some(frame)) => match Handshake::decode(&frame) {
-                    Some(handshake) => {
-                        let _ = handshake;
-                    }
+                    Some(handshake) => handshakes.push(handshake.map(drop)),
                     // Dropped at once: a decoded value is within the depth limit,
                     // so its recursive drop is too.
                     None => messages.push(registry.decode(&frame).map(drop)),
@@ -57,6 +57,7 @@ fn run(input: &[u8], piece: usize) -> Run {
                 Ok(None) => break,
                 Err(e) => {
                     return Run {
+                        handshakes,
                         messages,
                         end: Err(e),
                     }
@@ -65,6 +66,7 @@ fn run(input: &[u8], piece: usize) -> Run {
         }
     }
     Run {
+        handshakes,
         messages,
         end: decoder.finish(),
     }
@@ -106,6 +108,15 @@ fn corpus(name: &str) -> Run {
 
 #[test]
 fn the_named_hostile_inputs_end_as_decision_0017_says() {
+    let r = corpus("handshake");
+    assert_eq!((r.handshakes, r.end), (vec![Ok(())], Ok(())));
+    let r = corpus("handshake-bad-utf8");
+    assert!(matches!(
+        r.handshakes[..],
+        [Err(DecodeError::Invalid { .. })]
+    ));
+    assert_eq!(r.end, Ok(()));
+
     let r = corpus("two-pings");
     assert!(r.messages.iter().all(Result::is_ok) && r.messages.len() == 2);
     assert_eq!(r.end, Ok(()));

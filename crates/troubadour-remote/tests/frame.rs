@@ -95,6 +95,17 @@ fn a_frame_announcing_one_gib_is_refused_from_its_header_alone() {
 }
 
 #[test]
+fn the_length_is_checked_as_soon_as_its_eight_bytes_are_there() {
+    // Decision 0017: a hostile length costs 8 bytes, not a whole header.
+    let header = raw_header(Lane::User as u8, Kind::Message as u8, 1 << 30);
+    let mut decoder = FrameDecoder::new(Limits::default());
+    decoder.feed(&header[..7]);
+    assert_eq!(decoder.decode(), Ok(None));
+    decoder.feed(&header[7..8]);
+    assert!(matches!(decoder.decode(), Err(FrameError::TooLong { .. })));
+}
+
+#[test]
 fn the_large_lane_has_its_own_cap() {
     let limits = Limits::default().with_large_cap(1 << 20);
     let mut decoder = FrameDecoder::new(limits);
