@@ -1,0 +1,37 @@
+//! troubadour across processes: the wire format.
+//!
+//! What exists today is what a connection reads and writes, with no
+//! sockets under it:
+//!
+//! * [`frame`]: the 32-byte frame header, the three lanes (control, user,
+//!   large) and their caps, an encoder writing frames straight into a
+//!   `Vec<u8>` or `BytesMut`, and an incremental decoder that takes bytes in
+//!   pieces of any size, checks a frame's length against its lane's cap
+//!   before keeping its payload, and never panics on any input.
+//! * [`codec`]: payloads as serde types encoded with postcard, decoded
+//!   under a nesting limit, and only for types registered under a stable
+//!   name (an allow-list).
+//! * [`handshake`]: the handshake frame's content (cluster name, protocol
+//!   version, node name, incarnation).
+//!
+//! Which errors close a connection and which only dead-letter one message
+//! is decided in `docs/decisions/0017-remote-wire-format.md`: a
+//! [`frame::FrameError`] closes it; a [`codec::MessageError`] concerns one
+//! message.
+//!
+//! Next, in this crate (issue 14): the transport (tokio TCP with
+//! rustls mutual TLS by default, the handshake exchange, heartbeats,
+//! reconnect with backoff, a bounded outbound queue per peer, frames
+//! coalesced per write), remote `ActorRef`s and references inside
+//! messages, and remote links and monitors over the control lane.
+//!
+//! Unlike Erlang's distribution, which trusts the peer once the cookie
+//! matched and decodes any term it sends, this layer decodes only
+//! registered types and caps every length and every nesting depth.
+
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod codec;
+pub mod frame;
+pub mod handshake;
