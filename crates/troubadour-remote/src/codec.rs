@@ -497,11 +497,17 @@ impl<'de, S: DeserializeSeed<'de>> DeserializeSeed<'de> for LimitedSeed<'_, S> {
     }
 }
 
+/// Forwards `Deserializer` methods to the wrapped deserializer with the
+/// visitor wrapped, so every level of nesting passes through the budget.
 macro_rules! forward_deserialize {
-    ($($method:ident)*) => {
+    ($($method:ident $(($($arg:ident: $ty:ty),*))?)*) => {
         $(
-            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
-                self.de.$method(LimitedVisitor { visitor, budget: self.budget })
+            fn $method<V: Visitor<'de>>(
+                self,
+                $($($arg: $ty,)*)?
+                visitor: V,
+            ) -> Result<V::Value, D::Error> {
+                self.de.$method($($($arg,)*)? LimitedVisitor { visitor, budget: self.budget })
             }
         )*
     };
@@ -519,79 +525,13 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for Limited<'_, D> {
         deserialize_identifier deserialize_ignored_any
     }
 
-    fn deserialize_unit_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_unit_struct(name, visitor)
-    }
-
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_newtype_struct(name, visitor)
-    }
-
-    fn deserialize_tuple<V: Visitor<'de>>(
-        self,
-        len: usize,
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_tuple(len, visitor)
-    }
-
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        len: usize,
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_tuple_struct(name, len, visitor)
-    }
-
-    fn deserialize_struct<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        fields: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_struct(name, fields, visitor)
-    }
-
-    fn deserialize_enum<V: Visitor<'de>>(
-        self,
-        name: &'static str,
-        variants: &'static [&'static str],
-        visitor: V,
-    ) -> Result<V::Value, D::Error> {
-        let visitor = LimitedVisitor {
-            visitor,
-            budget: self.budget,
-        };
-        self.de.deserialize_enum(name, variants, visitor)
+    forward_deserialize! {
+        deserialize_unit_struct(name: &'static str)
+        deserialize_newtype_struct(name: &'static str)
+        deserialize_tuple(len: usize)
+        deserialize_tuple_struct(name: &'static str, len: usize)
+        deserialize_struct(name: &'static str, fields: &'static [&'static str])
+        deserialize_enum(name: &'static str, variants: &'static [&'static str])
     }
 
     fn is_human_readable(&self) -> bool {
