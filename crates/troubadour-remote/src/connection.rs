@@ -25,6 +25,27 @@
 //! Plaintext exists only as [`Security::PlaintextLoopbackOnly`], which
 //! refuses to dial, bind or accept anything but a loopback address.
 //!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use troubadour_remote::connection::{ConnectError, Endpoint, Security};
+//!
+//! // With certificates: Security::Tls(TlsConfig::from_pem(chain, key, ca)?).
+//! let a = Endpoint::new("demo", "a", 1, Security::PlaintextLoopbackOnly);
+//! let b = Endpoint::new("demo", "b", 7, Security::PlaintextLoopbackOnly);
+//! let listener = a.listen("127.0.0.1:0".parse()?).await?;
+//! let addr = listener.local_addr()?;
+//! let accepting = tokio::spawn(async move {
+//!     listener.accept().await.map_err(ConnectError::Io)?.establish().await
+//! });
+//! let to_a = b.connect(addr, "localhost").await?;
+//! let to_b = accepting.await??;
+//! assert_eq!(to_a.peer().node_name, "a");
+//! assert_eq!((to_b.peer().node_name.as_str(), to_b.peer().incarnation), ("b", 7));
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! Unlike Erlang's distribution, where any peer that knows the cookie is
 //! trusted (and the cookie travels in a challenge anyone on the path can
 //! attack offline), the peer proves itself with a certificate from the

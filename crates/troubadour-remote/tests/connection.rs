@@ -20,7 +20,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 use troubadour_remote::connection::{
-    ConnectError, Connection, DeclaredDown, Endpoint, Listener, Security, TlsConfig,
+    ConfigError, ConnectError, Connection, DeclaredDown, Endpoint, Listener, Security, TlsConfig,
 };
 use troubadour_remote::frame::{
     FrameError, Header, Kind, Lane, Limits, HEADER_LEN, MAGIC, VERSION,
@@ -391,6 +391,70 @@ async fn a_peer_stalling_after_tls_hits_the_handshake_timeout() {
         "{err}"
     );
     drop(client);
+}
+
+#[tokio::test]
+async fn a_peer_trickling_its_handshake_hits_the_handshake_timeout() {
+    let ca = Ca::new("cluster CA");
+    let timeout = Duration::from_millis(200);
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_handshake_timeout(timeout);
+    let (addr, accepted) = serve_one(&a).await;
+
+    // Slowloris: every byte arrives, each well within the timeout, but the
+    // whole frame takes longer than it (about 50 bytes, 20 ms apart).
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("slow")))).await;
+    let bytes = handshake_bytes(&Handshake {
+        cluster: CLUSTER.into(),
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "slow".into(),
+        incarnation: 1,
+    });
+    let trickle = tokio::spawn(async move {
+        for byte in bytes {
+            if client.write_all(&[byte]).await.is_err() || client.flush().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Keep the connection open until the test ends.
+        let _ = client.read(&mut [0u8; 1]).await;
+    });
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(matches!(err, ConnectError::Timeout { .. }), "{err}");
+    trickle.abort();
+}
+
+#[tokio::test]
+async fn pem_that_is_not_a_certificate_is_a_typed_error() {
+    let ca = Ca::new("cluster CA");
+    let (chain, key) = ca.node("a");
+    let err = TlsConfig::from_pem(b"not pem", key.as_bytes(), ca.pem.as_bytes()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Pem {
+                what: "certificate chain",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = TlsConfig::from_pem(chain.as_bytes(), key.as_bytes(), b"").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Pem {
+                what: "cluster CA",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A key that is not the certificate's.
+    let (_, other_key) = ca.node("b");
+    let err =
+        TlsConfig::from_pem(chain.as_bytes(), other_key.as_bytes(), ca.pem.as_bytes()).unwrap_err();
+    assert!(matches!(err, ConfigError::Tls(_)), "{err}");
 }
 
 #[tokio::test]
