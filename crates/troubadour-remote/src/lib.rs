@@ -13,17 +13,23 @@
 //!   name (an allow-list).
 //! * [`handshake`]: the handshake frame's content (cluster name, protocol
 //!   version, node name, incarnation).
+//! * [`connection`]: establishing a connection over tokio TCP with rustls
+//!   mutual TLS (certificates from the cluster's CA, both sides), then the
+//!   handshake exchange, refusing another CA, no certificate, another
+//!   cluster, another protocol version or an incarnation declared down,
+//!   all within a timeout; plaintext only on loopback
+//!   (`docs/decisions/0018-remote-connection.md`).
 //!
 //! Which errors close a connection and which only dead-letter one message
 //! is decided in `docs/decisions/0017-remote-wire-format.md`: a
 //! [`frame::FrameError`] closes it; a [`codec::MessageError`] concerns one
 //! message.
 //!
-//! Next, in this crate (issue 14): the transport (tokio TCP with
-//! rustls mutual TLS by default, the handshake exchange, heartbeats,
-//! reconnect with backoff, a bounded outbound queue per peer, frames
-//! coalesced per write), remote `ActorRef`s and references inside
-//! messages, and remote links and monitors over the control lane.
+//! Next, in this crate (issue 14): message lanes on an established
+//! connection (control before user, frames coalesced per write, a bounded
+//! outbound queue per peer), heartbeats, reconnect with backoff, remote
+//! `ActorRef`s and references inside messages, and remote links and
+//! monitors over the control lane.
 //!
 //! Unlike Erlang's distribution, which trusts the peer once the cookie
 //! matched and decodes any term it sends, this layer decodes only
@@ -33,5 +39,6 @@
 #![warn(missing_docs)]
 
 pub mod codec;
+pub mod connection;
 pub mod frame;
 pub mod handshake;

@@ -1,0 +1,771 @@
+//! Establishing a connection: TCP, mutual TLS, then the handshake exchange.
+//!
+//! An [`Endpoint`] is one node's side of every connection it makes or
+//! accepts: its cluster name, node name and incarnation, how it secures
+//! connections ([`Security`]), the handshake timeout and the frame caps.
+//! [`Endpoint::connect`] dials a peer, [`Endpoint::listen`] binds a
+//! [`Listener`] whose [`Incoming`] connections are established with
+//! [`Incoming::establish`]. Either way the result is a [`Connection`]
+//! whose peer has:
+//!
+//! 1. presented a certificate chain signed by the cluster's CA (both
+//!    sides: the accepting side requires a client certificate, the dialling
+//!    side verifies the server's against the CA and the name it dialled),
+//!    over TLS 1.3 only;
+//! 2. sent, as its first frame, a [`Handshake`] with our cluster name, our
+//!    [`PROTOCOL_VERSION`], and a `(node name, incarnation)` that was not
+//!    declared down ([`DeclaredDown`]);
+//!
+//! all within the handshake timeout. Both sides send their handshake as
+//! soon as TLS is up and check the peer's independently, so each refuses
+//! on its own evidence. Nothing the peer sends after its handshake frame is
+//! decoded here: those bytes stay in the [`FrameDecoder`] handed over by
+//! [`Connection::into_parts`], for the message lanes to come.
+//!
+//! Plaintext exists only as [`Security::PlaintextLoopbackOnly`], which
+//! refuses to dial, bind or accept anything but a loopback address.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use troubadour_remote::connection::{ConnectError, Endpoint, Security};
+//!
+//! // With certificates: Security::Tls(TlsConfig::from_pem(chain, key, ca)?).
+//! let a = Endpoint::new("demo", "a", 1, Security::PlaintextLoopbackOnly);
+//! let b = Endpoint::new("demo", "b", 7, Security::PlaintextLoopbackOnly);
+//! let listener = a.listen("127.0.0.1:0".parse()?).await?;
+//! let addr = listener.local_addr()?;
+//! let accepting = tokio::spawn(async move {
+//!     listener.accept().await.map_err(ConnectError::Io)?.establish().await
+//! });
+//! let to_a = b.connect(addr, "localhost").await?;
+//! let to_b = accepting.await??;
+//! assert_eq!(to_a.peer().node_name, "a");
+//! assert_eq!((to_b.peer().node_name.as_str(), to_b.peer().incarnation), ("b", 7));
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Unlike Erlang's distribution, where any peer that knows the cookie is
+//! trusted (and the cookie travels in a challenge anyone on the path can
+//! attack offline), the peer proves itself with a certificate from the
+//! cluster's CA; and unlike Erlang, a node name is not checked against its
+//! certificate yet (next: bind the node name to a certificate field).
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, RwLock};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{AlertDescription, ClientConfig, RootCertStore, ServerConfig};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::codec::DecodeError;
+use crate::frame::{EncodeError, FrameDecoder, FrameError, Kind, Limits};
+use crate::handshake::{Handshake, PROTOCOL_VERSION};
+
+/// Default time a peer has to finish TCP, TLS and the handshake exchange.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// This node's TLS material, read from PEM: its certificate chain, its
+/// private key, and the cluster's CA certificate(s).
+#[derive(Clone)]
+pub struct TlsConfig {
+    client: Arc<ClientConfig>,
+    server: Arc<ServerConfig>,
+}
+
+impl fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The configs hold the private key: never print them.
+        f.write_str("TlsConfig { .. }")
+    }
+}
+
+impl TlsConfig {
+    /// Builds the TLS configuration from PEM text: `cert_chain` is this
+    /// node's certificate first, then any intermediates; `key` its private
+    /// key (PKCS#8, PKCS#1 or SEC1); `cluster_ca` the CA certificate(s) a
+    /// peer's chain must lead to. Only TLS 1.3 is offered, with the `ring`
+    /// provider.
+    pub fn from_pem(
+        cert_chain: &[u8],
+        key: &[u8],
+        cluster_ca: &[u8],
+    ) -> Result<TlsConfig, ConfigError> {
+        let chain = CertificateDer::pem_slice_iter(cert_chain)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConfigError::Pem {
+                what: "certificate chain",
+                error: e.to_string(),
+            })?;
+        if chain.is_empty() {
+            return Err(ConfigError::Pem {
+                what: "certificate chain",
+                error: "no CERTIFICATE section found".into(),
+            });
+        }
+        let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| ConfigError::Pem {
+            what: "private key",
+            error: e.to_string(),
+        })?;
+        let mut roots = RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(cluster_ca) {
+            let ca = ca.map_err(|e| ConfigError::Pem {
+                what: "cluster CA",
+                error: e.to_string(),
+            })?;
+            roots.add(ca).map_err(|e| ConfigError::Tls(e.to_string()))?;
+        }
+        if roots.is_empty() {
+            return Err(ConfigError::Pem {
+                what: "cluster CA",
+                error: "no CERTIFICATE section found".into(),
+            });
+        }
+        let roots = Arc::new(roots);
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = |e: rustls::Error| ConfigError::Tls(e.to_string());
+
+        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+            .build()
+            .map_err(|e| ConfigError::Tls(e.to_string()))?;
+        let server = ServerConfig::builder_with_provider(provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls)?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain.clone(), key.clone_key())
+            .map_err(tls)?;
+        let client = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(tls)?
+            .with_root_certificates(roots)
+            .with_client_auth_cert(chain, key)
+            .map_err(tls)?;
+        Ok(TlsConfig {
+            client: Arc::new(client),
+            server: Arc::new(server),
+        })
+    }
+}
+
+/// Why a configuration could not be built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// A PEM input did not parse or held nothing usable.
+    Pem {
+        /// Which input.
+        what: &'static str,
+        /// The parser's complaint.
+        error: String,
+    },
+    /// rustls refused the material (a key that does not match the
+    /// certificate, a CA certificate it cannot use).
+    Tls(String),
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Pem { what, error } => {
+                write!(f, "the {what} PEM could not be read: {error}; pass the PEM file's contents")
+            }
+            ConfigError::Tls(e) => write!(
+                f,
+                "rustls refused the TLS material: {e}; check that the key belongs to the certificate"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// How an [`Endpoint`] secures its connections.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Security {
+    /// Mutual TLS with certificates from the cluster's CA: the default and
+    /// the only choice for anything but loopback.
+    Tls(TlsConfig),
+    /// No encryption and no authentication. An explicit opt-in for
+    /// benchmarks and tests on one machine: dialling, binding or accepting
+    /// a non-loopback address fails with
+    /// [`ConnectError::PlaintextNotLoopback`].
+    PlaintextLoopbackOnly,
+}
+
+/// The `(node name, incarnation)` pairs declared down, shared by every
+/// connection of the endpoints it is given to. A declared incarnation is
+/// refused in every later handshake: a restarted process is a new node
+/// with a new incarnation, and the old one never comes back.
+#[derive(Clone, Debug, Default)]
+pub struct DeclaredDown {
+    set: Arc<RwLock<HashSet<(String, u64)>>>,
+}
+
+impl DeclaredDown {
+    /// An empty set.
+    pub fn new() -> DeclaredDown {
+        DeclaredDown::default()
+    }
+
+    /// Declares `incarnation` of `node_name` down, for good.
+    pub fn declare(&self, node_name: &str, incarnation: u64) {
+        self.set
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((node_name.to_owned(), incarnation));
+    }
+
+    /// Whether `incarnation` of `node_name` was declared down.
+    pub fn contains(&self, node_name: &str, incarnation: u64) -> bool {
+        self.set
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(node_name.to_owned(), incarnation))
+    }
+}
+
+/// One node's side of its connections.
+#[derive(Clone, Debug)]
+pub struct Endpoint {
+    cluster: String,
+    node_name: String,
+    incarnation: u64,
+    security: Security,
+    handshake_timeout: Duration,
+    limits: Limits,
+    down: DeclaredDown,
+}
+
+impl Endpoint {
+    /// An endpoint for node `node_name`, incarnation `incarnation`, in
+    /// cluster `cluster`, with the default handshake timeout and caps.
+    pub fn new(
+        cluster: impl Into<String>,
+        node_name: impl Into<String>,
+        incarnation: u64,
+        security: Security,
+    ) -> Endpoint {
+        Endpoint {
+            cluster: cluster.into(),
+            node_name: node_name.into(),
+            incarnation,
+            security,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            limits: Limits::default(),
+            down: DeclaredDown::new(),
+        }
+    }
+
+    /// Sets the time a peer has to finish TCP, TLS and the handshake.
+    pub fn with_handshake_timeout(mut self, timeout: Duration) -> Endpoint {
+        self.handshake_timeout = timeout;
+        self
+    }
+
+    /// Sets the frame caps (both nodes should use the same).
+    pub fn with_limits(mut self, limits: Limits) -> Endpoint {
+        self.limits = limits;
+        self
+    }
+
+    /// Shares `down` with this endpoint: handshakes from an incarnation in
+    /// it are refused.
+    pub fn with_declared_down(mut self, down: DeclaredDown) -> Endpoint {
+        self.down = down;
+        self
+    }
+
+    /// The set of incarnations this endpoint refuses.
+    pub fn declared_down(&self) -> &DeclaredDown {
+        &self.down
+    }
+
+    fn handshake(&self) -> Handshake {
+        Handshake {
+            cluster: self.cluster.clone(),
+            protocol_version: PROTOCOL_VERSION,
+            node_name: self.node_name.clone(),
+            incarnation: self.incarnation,
+        }
+    }
+
+    fn check_plaintext(&self, addr: SocketAddr) -> Result<(), ConnectError> {
+        match self.security {
+            Security::PlaintextLoopbackOnly if !addr.ip().is_loopback() => {
+                Err(ConnectError::PlaintextNotLoopback { addr })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Dials `addr` and establishes a connection. With TLS, the server's
+    /// certificate must be valid for `server_name` (a DNS name or an IP
+    /// address in its subject alternative names) and signed by the
+    /// cluster's CA.
+    pub async fn connect(
+        &self,
+        addr: SocketAddr,
+        server_name: &str,
+    ) -> Result<Connection, ConnectError> {
+        self.check_plaintext(addr)?;
+        let name = match self.security {
+            Security::Tls(_) => Some(
+                ServerName::try_from(server_name.to_owned())
+                    .map_err(|_| ConnectError::BadServerName(server_name.to_owned()))?,
+            ),
+            Security::PlaintextLoopbackOnly => None,
+        };
+        self.timed(async {
+            let tcp = TcpStream::connect(addr).await.map_err(ConnectError::Io)?;
+            let _ = tcp.set_nodelay(true);
+            let stream = match (&self.security, name) {
+                (Security::Tls(tls), Some(name)) => {
+                    let tls = TlsConnector::from(tls.client.clone())
+                        .connect(name, tcp)
+                        .await
+                        .map_err(classify)?;
+                    Stream::Tls(Box::new(tls.into()))
+                }
+                _ => Stream::Plain(tcp),
+            };
+            self.exchange(stream, addr).await
+        })
+        .await
+    }
+
+    /// Binds a listener on `addr`.
+    pub async fn listen(&self, addr: SocketAddr) -> Result<Listener, ConnectError> {
+        self.check_plaintext(addr)?;
+        let tcp = TcpListener::bind(addr).await.map_err(ConnectError::Io)?;
+        Ok(Listener {
+            tcp,
+            endpoint: self.clone(),
+        })
+    }
+
+    async fn timed<F>(&self, work: F) -> Result<Connection, ConnectError>
+    where
+        F: std::future::Future<Output = Result<Connection, ConnectError>>,
+    {
+        tokio::time::timeout(self.handshake_timeout, work)
+            .await
+            .unwrap_or(Err(ConnectError::Timeout {
+                after: self.handshake_timeout,
+            }))
+    }
+
+    /// Sends our handshake, reads the peer's first frame, and checks it.
+    async fn exchange(
+        &self,
+        mut stream: Stream,
+        addr: SocketAddr,
+    ) -> Result<Connection, ConnectError> {
+        let mut out = Vec::new();
+        self.handshake()
+            .encode(&mut out, &self.limits)
+            .map_err(ConnectError::Encode)?;
+        stream.write_all(&out).await.map_err(classify)?;
+        stream.flush().await.map_err(classify)?;
+
+        let mut decoder = FrameDecoder::new(self.limits);
+        let frame = loop {
+            if let Some(frame) = decoder.decode().map_err(ConnectError::Framing)? {
+                break frame;
+            }
+            // read_buf grows the buffer by what arrived (tens of bytes at
+            // a time), never by what a header announced.
+            let n = stream
+                .read_buf(decoder.buffer_mut())
+                .await
+                .map_err(classify)?;
+            if n == 0 {
+                decoder.finish().map_err(ConnectError::Framing)?;
+                return Err(ConnectError::Closed);
+            }
+        };
+        let theirs = match Handshake::decode(&frame) {
+            None => {
+                return Err(ConnectError::NotAHandshake {
+                    kind: frame.header.kind,
+                })
+            }
+            Some(Err(e)) => return Err(ConnectError::BadHandshake(e)),
+            Some(Ok(h)) => h,
+        };
+        if theirs.protocol_version != PROTOCOL_VERSION {
+            return Err(ConnectError::ProtocolMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: theirs.protocol_version,
+            });
+        }
+        if theirs.cluster != self.cluster {
+            return Err(ConnectError::ClusterMismatch {
+                ours: self.cluster.clone(),
+                theirs: theirs.cluster,
+            });
+        }
+        if self.down.contains(&theirs.node_name, theirs.incarnation) {
+            return Err(ConnectError::IncarnationDown {
+                node_name: theirs.node_name,
+                incarnation: theirs.incarnation,
+            });
+        }
+        let certificate = stream.peer_certificate();
+        Ok(Connection {
+            stream,
+            decoder,
+            peer: PeerIdentity {
+                node_name: theirs.node_name,
+                incarnation: theirs.incarnation,
+                addr,
+                certificate,
+            },
+        })
+    }
+}
+
+/// A bound listener; see [`Listener::accept`].
+#[derive(Debug)]
+pub struct Listener {
+    tcp: TcpListener,
+    endpoint: Endpoint,
+}
+
+impl Listener {
+    /// The address it is bound to.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Waits for the next TCP connection. Nothing is read from it yet:
+    /// call [`Incoming::establish`], in a task of its own, so that a peer
+    /// stalling its handshake holds up only itself.
+    pub async fn accept(&self) -> io::Result<Incoming> {
+        let (tcp, addr) = self.tcp.accept().await?;
+        Ok(Incoming {
+            tcp,
+            addr,
+            endpoint: self.endpoint.clone(),
+        })
+    }
+}
+
+/// An accepted TCP connection whose TLS and handshake are still to come.
+#[derive(Debug)]
+pub struct Incoming {
+    tcp: TcpStream,
+    addr: SocketAddr,
+    endpoint: Endpoint,
+}
+
+impl Incoming {
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Runs TLS (requiring a client certificate from the cluster's CA) and
+    /// the handshake exchange, within the endpoint's handshake timeout.
+    pub async fn establish(self) -> Result<Connection, ConnectError> {
+        let Incoming {
+            tcp,
+            addr,
+            endpoint,
+        } = self;
+        endpoint.check_plaintext(addr)?;
+        let _ = tcp.set_nodelay(true);
+        endpoint
+            .timed(async {
+                let stream = match &endpoint.security {
+                    Security::Tls(tls) => {
+                        let tls = TlsAcceptor::from(tls.server.clone())
+                            .accept(tcp)
+                            .await
+                            .map_err(classify)?;
+                        Stream::Tls(Box::new(tls.into()))
+                    }
+                    Security::PlaintextLoopbackOnly => Stream::Plain(tcp),
+                };
+                endpoint.exchange(stream, addr).await
+            })
+            .await
+    }
+}
+
+/// Who the peer of an established connection is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PeerIdentity {
+    /// The node name from its handshake.
+    pub node_name: String,
+    /// The incarnation from its handshake.
+    pub incarnation: u64,
+    /// Its socket address.
+    pub addr: SocketAddr,
+    /// Its end-entity certificate (DER), verified against the cluster's CA;
+    /// `None` on a plaintext connection.
+    pub certificate: Option<CertificateDer<'static>>,
+}
+
+/// An established connection: the peer passed TLS and the handshake.
+#[derive(Debug)]
+pub struct Connection {
+    stream: Stream,
+    decoder: FrameDecoder,
+    peer: PeerIdentity,
+}
+
+impl Connection {
+    /// The peer.
+    pub fn peer(&self) -> &PeerIdentity {
+        &self.peer
+    }
+
+    /// Whether the connection is encrypted and mutually authenticated.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.stream, Stream::Tls(_))
+    }
+
+    /// The stream and the frame decoder, which holds whatever the peer sent
+    /// after its handshake, not yet decoded.
+    pub fn into_parts(self) -> (Stream, FrameDecoder, PeerIdentity) {
+        (self.stream, self.decoder, self.peer)
+    }
+}
+
+/// A connection's byte stream, TLS or (loopback only) plaintext.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Stream {
+    /// Mutual TLS.
+    Tls(Box<tokio_rustls::TlsStream<TcpStream>>),
+    /// Plaintext, on loopback.
+    Plain(TcpStream),
+}
+
+impl Stream {
+    fn peer_certificate(&self) -> Option<CertificateDer<'static>> {
+        match self {
+            Stream::Tls(tls) => {
+                let (_, conn) = tls.get_ref();
+                conn.peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|c| c.clone().into_owned())
+            }
+            Stream::Plain(_) => None,
+        }
+    }
+}
+
+impl AsyncRead for Stream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_read(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for Stream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_write(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_flush(cx),
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            Stream::Tls(s) => Pin::new(s.as_mut()).poll_shutdown(cx),
+            Stream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+        }
+    }
+}
+
+/// Sorts an I/O error from TLS into the refusals a user can act on.
+fn classify(e: io::Error) -> ConnectError {
+    match e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    {
+        Some(rustls::Error::NoCertificatesPresented) => ConnectError::PeerCertificateMissing,
+        Some(rustls::Error::InvalidCertificate(reason)) => ConnectError::PeerCertificateRefused {
+            reason: reason.clone(),
+        },
+        Some(rustls::Error::AlertReceived(alert)) => ConnectError::RefusedByPeer { alert: *alert },
+        _ if e.kind() == io::ErrorKind::UnexpectedEof => ConnectError::Closed,
+        _ => ConnectError::Io(e),
+    }
+}
+
+/// Why a connection was not established. Each refusal names its reason and
+/// what to do about it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ConnectError {
+    /// The peer presented no certificate (we accepted its connection and
+    /// require one).
+    PeerCertificateMissing,
+    /// The peer's certificate failed verification: most often
+    /// `UnknownIssuer`, a certificate not signed by the cluster's CA.
+    PeerCertificateRefused {
+        /// What rustls found wrong.
+        reason: rustls::CertificateError,
+    },
+    /// The peer ended TLS with an alert: it refused our certificate (or
+    /// has none we accept).
+    RefusedByPeer {
+        /// The alert it sent.
+        alert: AlertDescription,
+    },
+    /// The peer's handshake names another cluster.
+    ClusterMismatch {
+        /// Our cluster name.
+        ours: String,
+        /// The peer's.
+        theirs: String,
+    },
+    /// The peer speaks another protocol version.
+    ProtocolMismatch {
+        /// Ours, [`PROTOCOL_VERSION`].
+        ours: u16,
+        /// The peer's.
+        theirs: u16,
+    },
+    /// The peer's incarnation was declared down ([`DeclaredDown`]).
+    IncarnationDown {
+        /// The peer's node name.
+        node_name: String,
+        /// Its incarnation.
+        incarnation: u64,
+    },
+    /// The peer's first frame was not a handshake.
+    NotAHandshake {
+        /// What it was.
+        kind: Kind,
+    },
+    /// The peer's handshake frame did not decode.
+    BadHandshake(DecodeError),
+    /// The peer's bytes are not frames (a frame over its lane's cap
+    /// included); the connection is closed.
+    Framing(FrameError),
+    /// TCP, TLS and the handshake did not finish within the timeout.
+    Timeout {
+        /// The endpoint's handshake timeout.
+        after: Duration,
+    },
+    /// Plaintext was asked for a non-loopback address.
+    PlaintextNotLoopback {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// `server_name` is neither a DNS name nor an IP address.
+    BadServerName(String),
+    /// Our own handshake could not be encoded (a cluster or node name over
+    /// the control lane's cap).
+    Encode(EncodeError),
+    /// The peer closed the connection during the handshake.
+    Closed,
+    /// Any other I/O or TLS failure.
+    Io(io::Error),
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConnectError::PeerCertificateMissing => f.write_str(
+                "the peer presented no certificate; every node needs one signed by the cluster CA",
+            ),
+            ConnectError::PeerCertificateRefused { reason } => write!(
+                f,
+                "the peer's certificate was refused ({reason:?}); it must be signed by this \
+                 cluster's CA and valid for the name dialled"
+            ),
+            ConnectError::RefusedByPeer { alert } => write!(
+                f,
+                "the peer refused the TLS handshake ({alert:?}); check that this node's \
+                 certificate is signed by the CA the peer trusts"
+            ),
+            ConnectError::ClusterMismatch { ours, theirs } => write!(
+                f,
+                "the peer belongs to cluster {theirs:?}, not {ours:?}; check the address dialled \
+                 or both nodes' cluster names"
+            ),
+            ConnectError::ProtocolMismatch { ours, theirs } => write!(
+                f,
+                "the peer speaks protocol version {theirs}, this node {ours}; run compatible \
+                 troubadour-remote versions"
+            ),
+            ConnectError::IncarnationDown {
+                node_name,
+                incarnation,
+            } => write!(
+                f,
+                "incarnation {incarnation} of node {node_name:?} was declared down and is never \
+                 accepted again; restart that node so it gets a new incarnation"
+            ),
+            ConnectError::NotAHandshake { kind } => write!(
+                f,
+                "the peer's first frame was a {kind} frame, not a handshake; it does not follow \
+                 the protocol"
+            ),
+            ConnectError::BadHandshake(e) => write!(f, "the peer's handshake did not decode: {e}"),
+            ConnectError::Framing(e) => write!(f, "framing error during the handshake: {e}"),
+            ConnectError::Timeout { after } => write!(
+                f,
+                "the peer did not finish the handshake within {after:?}; it may be stalled, not a \
+                 troubadour node, or the timeout too short for the network"
+            ),
+            ConnectError::PlaintextNotLoopback { addr } => write!(
+                f,
+                "plaintext refused for {addr}: it is allowed on loopback only; use Security::Tls"
+            ),
+            ConnectError::BadServerName(name) => {
+                write!(f, "{name:?} is neither a DNS name nor an IP address")
+            }
+            ConnectError::Encode(e) => write!(f, "our handshake could not be encoded: {e}"),
+            ConnectError::Closed => {
+                f.write_str("the peer closed the connection during the handshake")
+            }
+            ConnectError::Io(e) => write!(f, "I/O error: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ConnectError::Io(e) => Some(e),
+            ConnectError::Framing(e) => Some(e),
+            ConnectError::BadHandshake(e) => Some(e),
+            ConnectError::Encode(e) => Some(e),
+            _ => None,
+        }
+    }
+}

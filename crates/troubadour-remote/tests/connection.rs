@@ -1,0 +1,500 @@
+//! Establishing connections over 127.0.0.1: mutual TLS with certificates
+//! made here by rcgen, the handshake exchange, and every refusal.
+//!
+//! Waits in the tests are hang guards only ([`GUARD`]); the one timeout
+//! under test is the endpoint's own, configured short.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::{CertificateError, ClientConfig, RootCertStore};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
+use troubadour_remote::connection::{
+    ConfigError, ConnectError, Connection, DeclaredDown, Endpoint, Listener, Security, TlsConfig,
+};
+use troubadour_remote::frame::{
+    FrameError, Header, Kind, Lane, Limits, HEADER_LEN, MAGIC, VERSION,
+};
+use troubadour_remote::handshake::{Handshake, PROTOCOL_VERSION};
+
+/// Hang guard: far longer than anything here takes.
+const GUARD: Duration = Duration::from_secs(60);
+const CLUSTER: &str = "test-cluster";
+
+/// A CA and the means to issue node certificates from it.
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl Ca {
+    fn new(name: &str) -> Ca {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key).unwrap();
+        Ca {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        }
+    }
+
+    /// A node certificate for `localhost` and 127.0.0.1: (chain PEM, key PEM).
+    fn node(&self, name: &str) -> (String, String) {
+        let key = KeyPair::generate().unwrap();
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        (cert.pem(), key.serialize_pem())
+    }
+
+    /// TLS config for a node with a certificate from this CA, trusting `trust`.
+    fn tls(&self, name: &str, trust: &Ca) -> TlsConfig {
+        let (chain, key) = self.node(name);
+        TlsConfig::from_pem(chain.as_bytes(), key.as_bytes(), trust.pem.as_bytes()).unwrap()
+    }
+}
+
+fn endpoint(cluster: &str, name: &str, incarnation: u64, tls: TlsConfig) -> Endpoint {
+    Endpoint::new(cluster, name, incarnation, Security::Tls(tls))
+}
+
+fn localhost() -> SocketAddr {
+    (Ipv4Addr::LOCALHOST, 0).into()
+}
+
+async fn guard<F: std::future::Future>(f: F) -> F::Output {
+    tokio::time::timeout(GUARD, f).await.expect("hang guard")
+}
+
+/// Binds `ep` on loopback and establishes the first incoming connection
+/// in a task; returns the listener's address and the task.
+async fn serve_one(
+    ep: &Endpoint,
+) -> (
+    SocketAddr,
+    tokio::task::JoinHandle<Result<Connection, ConnectError>>,
+) {
+    let listener: Listener = ep.listen(localhost()).await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let task = tokio::spawn(async move { listener.accept().await.unwrap().establish().await });
+    (addr, task)
+}
+
+/// A raw TLS client (not an `Endpoint`): `cert` is its (chain, key) or
+/// none; it trusts `ca`.
+async fn raw_client(
+    addr: SocketAddr,
+    ca: &Ca,
+    cert: Option<(String, String)>,
+) -> TlsStream<TcpStream> {
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let config = match cert {
+        Some((chain, key)) => builder
+            .with_client_auth_cert(
+                CertificateDer::pem_slice_iter(chain.as_bytes())
+                    .collect::<Result<Vec<_>, _>>()
+                    .unwrap(),
+                PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap(),
+            )
+            .unwrap(),
+        None => builder.with_no_client_auth(),
+    };
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+fn handshake_bytes(h: &Handshake) -> Vec<u8> {
+    let mut out = Vec::new();
+    h.encode(&mut out, &Limits::default()).unwrap();
+    out
+}
+
+#[tokio::test]
+async fn good_handshake_reports_each_peer_to_the_other() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 11, ca.tls("a", &ca));
+    let b = endpoint(CLUSTER, "b", 22, ca.tls("b", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let dialled = guard(b.connect(addr, "localhost")).await.unwrap();
+    let accepted = guard(accepted).await.unwrap().unwrap();
+
+    assert!(dialled.is_tls() && accepted.is_tls());
+    assert_eq!(dialled.peer().node_name, "a");
+    assert_eq!(dialled.peer().incarnation, 11);
+    assert!(dialled.peer().certificate.is_some());
+    assert_eq!(accepted.peer().node_name, "b");
+    assert_eq!(accepted.peer().incarnation, 22);
+    assert!(accepted.peer().certificate.is_some());
+
+    // The established streams carry bytes both ways.
+    let (mut ds, _, _) = dialled.into_parts();
+    let (mut acc, _, _) = accepted.into_parts();
+    guard(ds.write_all(b"ping")).await.unwrap();
+    let mut buf = [0u8; 4];
+    guard(acc.read_exact(&mut buf)).await.unwrap();
+    assert_eq!(&buf, b"ping");
+}
+
+#[tokio::test]
+async fn a_peer_without_a_certificate_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    // TLS 1.3: the client's side finishes before the server checked it;
+    // the refusal is the server's.
+    let mut client = guard(raw_client(addr, &ca, None)).await;
+    let _ = guard(client.write_all(&handshake_bytes(&Handshake {
+        cluster: CLUSTER.into(),
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "anonymous".into(),
+        incarnation: 1,
+    })))
+    .await;
+    let _ = guard(client.read(&mut [0u8; 64])).await;
+
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(matches!(err, ConnectError::PeerCertificateMissing), "{err}");
+}
+
+#[tokio::test]
+async fn a_client_certificate_from_another_ca_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let other = Ca::new("another CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    // Trusts our CA (so it accepts a's certificate) but its own is other's.
+    let intruder = endpoint(CLUSTER, "intruder", 1, other.tls("intruder", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let dialled = guard(intruder.connect(addr, "localhost")).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::UnknownIssuer
+            }
+        ),
+        "{err}"
+    );
+    // The dialling side learns it was refused, and never has a connection.
+    let err = dialled.unwrap_err();
+    assert!(matches!(err, ConnectError::RefusedByPeer { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_server_certificate_from_another_ca_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let other = Ca::new("another CA");
+    let impostor = endpoint(CLUSTER, "impostor", 1, other.tls("impostor", &ca));
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let (addr, _accepted) = serve_one(&impostor).await;
+
+    let err = guard(b.connect(addr, "localhost")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::UnknownIssuer
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn another_clusters_node_is_refused_by_both_sides() {
+    let ca = Ca::new("shared CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let b = endpoint("other-cluster", "b", 1, ca.tls("b", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let dialled = guard(b.connect(addr, "localhost")).await.unwrap_err();
+    let accepted = guard(accepted).await.unwrap().unwrap_err();
+    match accepted {
+        ConnectError::ClusterMismatch { ours, theirs } => {
+            assert_eq!(ours, CLUSTER);
+            assert_eq!(theirs, "other-cluster");
+        }
+        e => panic!("expected a cluster mismatch, got {e}"),
+    }
+    match dialled {
+        ConnectError::ClusterMismatch { ours, theirs } => {
+            assert_eq!(ours, "other-cluster");
+            assert_eq!(theirs, CLUSTER);
+        }
+        e => panic!("expected a cluster mismatch, got {e}"),
+    }
+}
+
+#[tokio::test]
+async fn another_protocol_version_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("future")))).await;
+    guard(client.write_all(&handshake_bytes(&Handshake {
+        cluster: CLUSTER.into(),
+        protocol_version: PROTOCOL_VERSION + 1,
+        node_name: "future".into(),
+        incarnation: 1,
+    })))
+    .await
+    .unwrap();
+
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    match err {
+        ConnectError::ProtocolMismatch { ours, theirs } => {
+            assert_eq!(ours, PROTOCOL_VERSION);
+            assert_eq!(theirs, PROTOCOL_VERSION + 1);
+        }
+        e => panic!("expected a protocol mismatch, got {e}"),
+    }
+}
+
+#[tokio::test]
+async fn an_incarnation_declared_down_is_refused_and_a_new_one_accepted() {
+    let ca = Ca::new("cluster CA");
+    let down = DeclaredDown::new();
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_declared_down(down.clone());
+    down.declare("b", 7);
+
+    let old_b = endpoint(CLUSTER, "b", 7, ca.tls("b", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+    let _ = guard(old_b.connect(addr, "localhost")).await;
+    match guard(accepted).await.unwrap().unwrap_err() {
+        ConnectError::IncarnationDown {
+            node_name,
+            incarnation,
+        } => {
+            assert_eq!(node_name, "b");
+            assert_eq!(incarnation, 7);
+        }
+        e => panic!("expected the incarnation refused, got {e}"),
+    }
+
+    // The restarted process is a new node and is accepted.
+    let new_b = endpoint(CLUSTER, "b", 8, ca.tls("b", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+    guard(new_b.connect(addr, "localhost")).await.unwrap();
+    let conn = guard(accepted).await.unwrap().unwrap();
+    assert_eq!(conn.peer().incarnation, 8);
+}
+
+#[tokio::test]
+async fn a_gigabyte_handshake_frame_is_refused_from_its_header() {
+    let ca = Ca::new("cluster CA");
+    // The endpoint's timeout is long: a refusal must come from the length
+    // check, not from waiting for a payload that never comes.
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_handshake_timeout(GUARD * 2);
+    let (addr, accepted) = serve_one(&a).await;
+
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("hostile")))).await;
+    let mut header = [0u8; HEADER_LEN];
+    header[0] = MAGIC;
+    header[1] = VERSION;
+    header[2] = Lane::Control as u8;
+    header[3] = Kind::Handshake as u8;
+    header[4..8].copy_from_slice(&(1u32 << 30).to_le_bytes());
+    guard(client.write_all(&header)).await.unwrap();
+    guard(client.flush()).await.unwrap();
+
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    match err {
+        ConnectError::Framing(FrameError::TooLong { lane, len, .. }) => {
+            assert_eq!(lane, Lane::Control);
+            assert_eq!(len, 1 << 30);
+        }
+        e => panic!("expected the length refused, got {e}"),
+    }
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_message_before_the_handshake_is_refused_undecoded() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("eager")))).await;
+    let mut frame = Vec::new();
+    troubadour_remote::frame::encode_frame(
+        &mut frame,
+        &Header::message(42, 0, 0),
+        b"hi",
+        &Limits::default(),
+    )
+    .unwrap();
+    guard(client.write_all(&frame)).await.unwrap();
+
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::NotAHandshake {
+                kind: Kind::Message
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_stalling_after_tls_hits_the_handshake_timeout() {
+    let ca = Ca::new("cluster CA");
+    let timeout = Duration::from_millis(200);
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_handshake_timeout(timeout);
+    let (addr, accepted) = serve_one(&a).await;
+
+    // Completes TLS, then never sends its handshake.
+    let client = guard(raw_client(addr, &ca, Some(ca.node("stalled")))).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(
+        matches!(err, ConnectError::Timeout { after } if after == timeout),
+        "{err}"
+    );
+    drop(client);
+}
+
+#[tokio::test]
+async fn a_peer_trickling_its_handshake_hits_the_handshake_timeout() {
+    let ca = Ca::new("cluster CA");
+    let timeout = Duration::from_millis(200);
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_handshake_timeout(timeout);
+    let (addr, accepted) = serve_one(&a).await;
+
+    // Slowloris: every byte arrives, each well within the timeout, but the
+    // whole frame takes longer than it (about 50 bytes, 20 ms apart).
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("slow")))).await;
+    let bytes = handshake_bytes(&Handshake {
+        cluster: CLUSTER.into(),
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "slow".into(),
+        incarnation: 1,
+    });
+    let trickle = tokio::spawn(async move {
+        for byte in bytes {
+            if client.write_all(&[byte]).await.is_err() || client.flush().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // Keep the connection open until the test ends.
+        let _ = client.read(&mut [0u8; 1]).await;
+    });
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(matches!(err, ConnectError::Timeout { .. }), "{err}");
+    trickle.abort();
+}
+
+#[tokio::test]
+async fn pem_that_is_not_a_certificate_is_a_typed_error() {
+    let ca = Ca::new("cluster CA");
+    let (chain, key) = ca.node("a");
+    let err = TlsConfig::from_pem(b"not pem", key.as_bytes(), ca.pem.as_bytes()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Pem {
+                what: "certificate chain",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = TlsConfig::from_pem(chain.as_bytes(), key.as_bytes(), b"").unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Pem {
+                what: "cluster CA",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A key that is not the certificate's.
+    let (_, other_key) = ca.node("b");
+    let err =
+        TlsConfig::from_pem(chain.as_bytes(), other_key.as_bytes(), ca.pem.as_bytes()).unwrap_err();
+    assert!(matches!(err, ConfigError::Tls(_)), "{err}");
+}
+
+#[tokio::test]
+async fn a_peer_stalling_before_tls_hits_the_handshake_timeout() {
+    let ca = Ca::new("cluster CA");
+    let timeout = Duration::from_millis(200);
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca)).with_handshake_timeout(timeout);
+    let (addr, accepted) = serve_one(&a).await;
+
+    // Opens TCP and sends nothing.
+    let tcp = guard(TcpStream::connect(addr)).await.unwrap();
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(matches!(err, ConnectError::Timeout { .. }), "{err}");
+    drop(tcp);
+}
+
+#[tokio::test]
+async fn plaintext_works_on_loopback_only() {
+    let a = Endpoint::new(CLUSTER, "a", 1, Security::PlaintextLoopbackOnly);
+    let b = Endpoint::new(CLUSTER, "b", 2, Security::PlaintextLoopbackOnly);
+    let (addr, accepted) = serve_one(&a).await;
+    let dialled = guard(b.connect(addr, "localhost")).await.unwrap();
+    let accepted = guard(accepted).await.unwrap().unwrap();
+    assert!(!dialled.is_tls());
+    assert_eq!(dialled.peer().node_name, "a");
+    assert_eq!(accepted.peer().node_name, "b");
+    assert_eq!(accepted.peer().certificate, None);
+
+    // A documentation-range address: refused before any packet is sent.
+    let remote: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+    let err = guard(b.connect(remote, "node")).await.unwrap_err();
+    assert!(
+        matches!(err, ConnectError::PlaintextNotLoopback { addr } if addr == remote),
+        "{err}"
+    );
+    let err = guard(b.listen("0.0.0.0:0".parse().unwrap()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ConnectError::PlaintextNotLoopback { .. }),
+        "{err}"
+    );
+}
