@@ -557,3 +557,24 @@ async fn plaintext_works_on_loopback_only() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn a_server_certificate_for_another_name_is_refused() {
+    let ca = Ca::new("cluster CA");
+    // a's certificate names localhost and 127.0.0.1 only.
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let (addr, _accepted) = serve_one(&a).await;
+
+    let err = guard(b.connect(addr, "node-x.example")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. }
+            }
+        ),
+        "{err}"
+    );
+}
