@@ -16,9 +16,13 @@
 //!    [`PROTOCOL_VERSION`], and a `(node name, incarnation)` that was not
 //!    declared down ([`DeclaredDown`]);
 //!
-//! all within the handshake timeout. Both sides send their handshake as
-//! soon as TLS is up and check the peer's independently, so each refuses
-//! on its own evidence. Nothing the peer sends after its handshake frame is
+//! 3. accepted ours: each side sends its handshake as soon as TLS is up,
+//!    checks the peer's on its own evidence, and answers with a verdict
+//!    frame (accepted, or refused with the reason); a connection exists
+//!    only when both accepted, and a refused side learns why
+//!    ([`ConnectError::PeerRefused`]);
+//!
+//! all within the handshake timeout. Nothing the peer sends after its handshake frame is
 //! decoded here: those bytes stay in the [`FrameDecoder`] handed over by
 //! [`Connection::into_parts`], for the message lanes to come.
 //!
@@ -69,9 +73,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use crate::codec::DecodeError;
-use crate::frame::{EncodeError, FrameDecoder, FrameError, Kind, Limits};
-use crate::handshake::{Handshake, PROTOCOL_VERSION};
+use crate::codec::{decode_payload, serialize_into, DecodeError, DEFAULT_MAX_DEPTH};
+use crate::frame::{
+    encode_frame, encode_frame_with, EncodeError, Frame, FrameDecoder, FrameError, Header, Kind,
+    Limits,
+};
+use crate::handshake::{Handshake, HANDSHAKE_ACCEPTED, HANDSHAKE_REFUSED, PROTOCOL_VERSION};
+
+/// The longest refusal reason sent to a peer, in bytes.
+const MAX_REASON: usize = 1024;
 
 /// Default time a peer has to finish TCP, TLS and the handshake exchange.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -380,21 +390,7 @@ impl Endpoint {
         stream.flush().await.map_err(classify)?;
 
         let mut decoder = FrameDecoder::new(self.limits);
-        let frame = loop {
-            if let Some(frame) = decoder.decode().map_err(ConnectError::Framing)? {
-                break frame;
-            }
-            // read_buf grows the buffer by what arrived (tens of bytes at
-            // a time), never by what a header announced.
-            let n = stream
-                .read_buf(decoder.buffer_mut())
-                .await
-                .map_err(classify)?;
-            if n == 0 {
-                decoder.finish().map_err(ConnectError::Framing)?;
-                return Err(ConnectError::Closed);
-            }
-        };
+        let frame = read_frame(&mut stream, &mut decoder).await?;
         let theirs = match Handshake::decode(&frame) {
             None => {
                 return Err(ConnectError::NotAHandshake {
@@ -404,23 +400,58 @@ impl Endpoint {
             Some(Err(e)) => return Err(ConnectError::BadHandshake(e)),
             Some(Ok(h)) => h,
         };
-        if theirs.protocol_version != PROTOCOL_VERSION {
-            return Err(ConnectError::ProtocolMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs: theirs.protocol_version,
-            });
+        let verdict = self.check(&theirs);
+        let mut out = Vec::new();
+        match &verdict {
+            Ok(()) => encode_frame(
+                &mut out,
+                &Header::control(HANDSHAKE_ACCEPTED, 0, 0),
+                &[],
+                &self.limits,
+            ),
+            Err(refusal) => {
+                let mut reason = refusal.to_string();
+                if reason.len() > MAX_REASON {
+                    let mut end = MAX_REASON;
+                    while !reason.is_char_boundary(end) {
+                        end -= 1;
+                    }
+                    reason.truncate(end);
+                }
+                encode_frame_with(
+                    &mut out,
+                    &Header::control(HANDSHAKE_REFUSED, 0, 0),
+                    &self.limits,
+                    |out, max| serialize_into(out, &reason, max),
+                )
+                .map(drop)
+            }
         }
-        if theirs.cluster != self.cluster {
-            return Err(ConnectError::ClusterMismatch {
-                ours: self.cluster.clone(),
-                theirs: theirs.cluster,
-            });
+        .map_err(ConnectError::Encode)?;
+        let sent = async {
+            stream.write_all(&out).await?;
+            stream.flush().await
         }
-        if self.down.contains(&theirs.node_name, theirs.incarnation) {
-            return Err(ConnectError::IncarnationDown {
-                node_name: theirs.node_name,
-                incarnation: theirs.incarnation,
-            });
+        .await;
+        if let Err(refusal) = verdict {
+            // Best effort: the peer learns why, and TLS ends with
+            // close_notify rather than a bare reset.
+            if sent.is_ok() {
+                let _ = stream.shutdown().await;
+            }
+            return Err(refusal);
+        }
+        sent.map_err(classify)?;
+
+        let frame = read_frame(&mut stream, &mut decoder).await?;
+        match (frame.header.kind, frame.header.code) {
+            (Kind::Control, HANDSHAKE_ACCEPTED) => {}
+            (Kind::Control, HANDSHAKE_REFUSED) => {
+                let reason = decode_payload::<String>(&frame.payload, DEFAULT_MAX_DEPTH)
+                    .unwrap_or_else(|e| format!("(a reason that did not decode: {e})"));
+                return Err(ConnectError::PeerRefused { reason });
+            }
+            (kind, code) => return Err(ConnectError::NoVerdict { kind, code }),
         }
         let certificate = stream.peer_certificate();
         Ok(Connection {
@@ -433,6 +464,51 @@ impl Endpoint {
                 certificate,
             },
         })
+    }
+
+    /// Whether the peer's handshake is acceptable.
+    fn check(&self, theirs: &Handshake) -> Result<(), ConnectError> {
+        if theirs.protocol_version != PROTOCOL_VERSION {
+            return Err(ConnectError::ProtocolMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: theirs.protocol_version,
+            });
+        }
+        if theirs.cluster != self.cluster {
+            return Err(ConnectError::ClusterMismatch {
+                ours: self.cluster.clone(),
+                theirs: theirs.cluster.clone(),
+            });
+        }
+        if self.down.contains(&theirs.node_name, theirs.incarnation) {
+            return Err(ConnectError::IncarnationDown {
+                node_name: theirs.node_name.clone(),
+                incarnation: theirs.incarnation,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Reads the next whole frame. `read_buf` grows the buffer by what
+/// arrived (tens of bytes at a time), never by what a header announced,
+/// and the decoder refuses a length over its lane's cap from the header.
+async fn read_frame(
+    stream: &mut Stream,
+    decoder: &mut FrameDecoder,
+) -> Result<Frame, ConnectError> {
+    loop {
+        if let Some(frame) = decoder.decode().map_err(ConnectError::Framing)? {
+            return Ok(frame);
+        }
+        let n = stream
+            .read_buf(decoder.buffer_mut())
+            .await
+            .map_err(classify)?;
+        if n == 0 {
+            decoder.finish().map_err(ConnectError::Framing)?;
+            return Err(ConnectError::Closed);
+        }
     }
 }
 
@@ -665,6 +741,20 @@ pub enum ConnectError {
         /// Its incarnation.
         incarnation: u64,
     },
+    /// The peer checked our handshake and refused it, saying why (its own
+    /// error's text, at most 1 KiB).
+    PeerRefused {
+        /// The peer's reason.
+        reason: String,
+    },
+    /// After the handshakes, the peer sent something other than its
+    /// verdict on ours.
+    NoVerdict {
+        /// The frame's kind.
+        kind: Kind,
+        /// Its code.
+        code: u64,
+    },
     /// The peer's first frame was not a handshake.
     NotAHandshake {
         /// What it was.
@@ -729,6 +819,14 @@ impl fmt::Display for ConnectError {
                 f,
                 "incarnation {incarnation} of node {node_name:?} was declared down and is never \
                  accepted again; restart that node so it gets a new incarnation"
+            ),
+            ConnectError::PeerRefused { reason } => {
+                write!(f, "the peer refused this node's handshake: {reason:?}")
+            }
+            ConnectError::NoVerdict { kind, code } => write!(
+                f,
+                "the peer answered our handshake with a {kind} frame (code {code}), not its \
+                 verdict; it does not follow the protocol"
             ),
             ConnectError::NotAHandshake { kind } => write!(
                 f,

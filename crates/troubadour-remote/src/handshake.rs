@@ -15,6 +15,16 @@ use crate::frame::{encode_frame_with, EncodeError, Frame, FrameBuf, Header, Kind
 /// message semantics). A node refuses a peer with another version.
 pub const PROTOCOL_VERSION: u16 = 1;
 
+/// Control code of the frame each side sends once it checked the peer's
+/// handshake and accepts it (empty payload). Codes 1 and 2 are the
+/// handshake's; signals after it use other codes.
+pub const HANDSHAKE_ACCEPTED: u64 = 1;
+
+/// Control code of the frame a side sends when it refuses the peer's
+/// handshake; the payload is the reason, a postcard `String`, so that the
+/// refused side can say why instead of seeing a bare close.
+pub const HANDSHAKE_REFUSED: u64 = 2;
+
 /// Who is on the other end of a connection.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Handshake {

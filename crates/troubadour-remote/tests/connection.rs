@@ -19,13 +19,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
+use troubadour_remote::codec::{decode_payload, DEFAULT_MAX_DEPTH};
 use troubadour_remote::connection::{
     ConfigError, ConnectError, Connection, DeclaredDown, Endpoint, Listener, Security, TlsConfig,
 };
 use troubadour_remote::frame::{
-    FrameError, Header, Kind, Lane, Limits, HEADER_LEN, MAGIC, VERSION,
+    FrameDecoder, FrameError, Header, Kind, Lane, Limits, HEADER_LEN, MAGIC, VERSION,
 };
-use troubadour_remote::handshake::{Handshake, PROTOCOL_VERSION};
+use troubadour_remote::handshake::{Handshake, HANDSHAKE_REFUSED, PROTOCOL_VERSION};
 
 /// Hang guard: far longer than anything here takes.
 const GUARD: Duration = Duration::from_secs(60);
@@ -287,6 +288,20 @@ async fn another_protocol_version_is_refused() {
         }
         e => panic!("expected a protocol mismatch, got {e}"),
     }
+    // The peer receives a's handshake, then the refusal with its reason.
+    let mut wire = Vec::new();
+    guard(client.read_to_end(&mut wire)).await.unwrap();
+    let mut decoder = FrameDecoder::new(Limits::default());
+    decoder.feed(&wire);
+    let first = decoder.decode().unwrap().unwrap();
+    assert_eq!(Handshake::decode(&first).unwrap().unwrap().node_name, "a");
+    let verdict = decoder.decode().unwrap().unwrap();
+    assert_eq!(
+        (verdict.header.kind, verdict.header.code),
+        (Kind::Control, HANDSHAKE_REFUSED)
+    );
+    let reason: String = decode_payload(&verdict.payload, DEFAULT_MAX_DEPTH).unwrap();
+    assert!(reason.contains("protocol version"), "{reason}");
 }
 
 #[tokio::test]
@@ -298,7 +313,7 @@ async fn an_incarnation_declared_down_is_refused_and_a_new_one_accepted() {
 
     let old_b = endpoint(CLUSTER, "b", 7, ca.tls("b", &ca));
     let (addr, accepted) = serve_one(&a).await;
-    let _ = guard(old_b.connect(addr, "localhost")).await;
+    let dialled = guard(old_b.connect(addr, "localhost")).await;
     match guard(accepted).await.unwrap().unwrap_err() {
         ConnectError::IncarnationDown {
             node_name,
@@ -308,6 +323,14 @@ async fn an_incarnation_declared_down_is_refused_and_a_new_one_accepted() {
             assert_eq!(incarnation, 7);
         }
         e => panic!("expected the incarnation refused, got {e}"),
+    }
+    // The refused side has no connection, and is told why.
+    match dialled {
+        Err(ConnectError::PeerRefused { reason }) => {
+            assert!(reason.contains("declared down"), "{reason}")
+        }
+        Err(e) => panic!("expected the peer's refusal, got {e}"),
+        Ok(conn) => panic!("refused, yet connected to {:?}", conn.peer()),
     }
 
     // The restarted process is a new node and is accepted.
@@ -370,6 +393,42 @@ async fn a_message_before_the_handshake_is_refused_undecoded() {
             err,
             ConnectError::NotAHandshake {
                 kind: Kind::Message
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_that_answers_the_handshake_with_a_message_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+
+    let mut client = guard(raw_client(addr, &ca, Some(ca.node("pushy")))).await;
+    let mut wire = handshake_bytes(&Handshake {
+        cluster: CLUSTER.into(),
+        protocol_version: PROTOCOL_VERSION,
+        node_name: "pushy".into(),
+        incarnation: 1,
+    });
+    // A message where its verdict on a's handshake belongs.
+    troubadour_remote::frame::encode_frame(
+        &mut wire,
+        &Header::message(42, 0, 0),
+        b"hi",
+        &Limits::default(),
+    )
+    .unwrap();
+    guard(client.write_all(&wire)).await.unwrap();
+
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::NoVerdict {
+                kind: Kind::Message,
+                code: 42
             }
         ),
         "{err}"
@@ -495,6 +554,27 @@ async fn plaintext_works_on_loopback_only() {
         .unwrap_err();
     assert!(
         matches!(err, ConnectError::PlaintextNotLoopback { .. }),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn a_server_certificate_for_another_name_is_refused() {
+    let ca = Ca::new("cluster CA");
+    // a's certificate names localhost and 127.0.0.1 only.
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let (addr, _accepted) = serve_one(&a).await;
+
+    let err = guard(b.connect(addr, "node-x.example")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. }
+            }
+        ),
         "{err}"
     );
 }
