@@ -81,6 +81,7 @@ mod runtime;
 mod simulation;
 
 pub use api::supervision;
+pub use runtime::remote;
 pub use simulation::divert;
 
 pub use api::actor::{Actor, AsyncHandler, Handler, Message};

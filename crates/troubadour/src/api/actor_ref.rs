@@ -2,9 +2,10 @@
 //! [`Recipient`], and the [`Ask`] future.
 //!
 //! `ActorRef<A>` is one pointer (an `Arc` of the cell). It is the type users
-//! hold everywhere, so it is also where location transparency will live:
-//! a remote reference becomes a second variant behind the same methods
-//! (see ARCHITECTURE.md), without changing what callers write.
+//! hold everywhere, so it is also where location transparency lives: a
+//! reference to an actor of another node is the same type, pointing at a
+//! proxy cell whose sends take the rare path to the remote layer
+//! (`runtime/remote.rs`), so callers write the same code for both.
 
 use crate::api::actor::{Actor, Message};
 use crate::api::error::{AskError, SendError};
@@ -13,9 +14,11 @@ use crate::runtime::blocking::block_on;
 use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{envelope, Handles, ReplyTo};
 use crate::runtime::mailbox_bound::NoRoom;
+use crate::runtime::remote::{Outgoing, Refusal, ReplySender, Route};
 use crate::runtime::signal::{Signal, Watcher};
 use crate::runtime::system::SystemCore;
 use crate::runtime::timer::{Deadline, Expiry};
+use std::any::TypeId;
 use std::fmt;
 use std::future::Future;
 use std::hash::{Hash, Hasher};
@@ -81,7 +84,7 @@ impl<A: Actor> ActorRef<A> {
     /// `false` once the actor has stopped. A `true` can be stale by the time
     /// it is read; `tell` reports the truth.
     pub fn is_alive(&self) -> bool {
-        !self.cell.is_closed()
+        !self.cell.is_closed() && self.cell.route().is_none_or(|r| r.is_alive(self.cell.id))
     }
 
     /// Takes room in a bounded mailbox.
@@ -119,8 +122,59 @@ impl<A: Actor> ActorRef<A> {
             // SAFETY: a fresh node for this actor type, given up here.
             unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
             Ok(())
+        } else if let Some(route) = self.cell.route() {
+            self.send_remote(route, msg, None, true)
         } else {
             self.tell(msg)
+        }
+    }
+
+    /// A send to a proxy: the route takes the message while its type is
+    /// known, or refuses and the message comes back in the error.
+    #[cold]
+    #[inline(never)]
+    fn send_remote<M: Message>(
+        &self,
+        route: &Arc<dyn Route>,
+        msg: M,
+        reply: Option<ReplySender<M::Reply>>,
+        system_message: bool,
+    ) -> Result<(), SendError<M>> {
+        let mut message = Some(msg);
+        let mut reply = reply;
+        let ask = reply.is_some();
+        let verdict = {
+            let mut out = Outgoing {
+                to: self.cell.id,
+                type_id: TypeId::of::<M>(),
+                type_name: std::any::type_name::<M>(),
+                message: &mut message,
+                reply: if ask { Some(&mut reply) } else { None },
+                system_message,
+            };
+            route.send(&mut out)
+        };
+        match verdict {
+            Ok(()) => Ok(()),
+            Err(refusal) => {
+                let Some(msg) = message else {
+                    // A route that took the message must not refuse it; if
+                    // one does, what it took is its to account for.
+                    return Ok(());
+                };
+                Err(match refusal {
+                    Refusal::Stopped => {
+                        self.cell
+                            .system
+                            .dead_letters
+                            .record(self.cell.id, std::any::type_name::<M>());
+                        SendError::Stopped(msg)
+                    }
+                    Refusal::Full => SendError::Full(msg),
+                    Refusal::Unregistered => SendError::Unregistered(msg),
+                    Refusal::Unencodable(reason) => SendError::Unencodable(msg, reason),
+                })
+            }
         }
     }
 
@@ -141,6 +195,9 @@ impl<A: Actor> ActorRef<A> {
     {
         let name = std::any::type_name::<M>();
         let bound = self.cell.config.as_ref().and_then(|c| c.bound.as_ref());
+        if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
+            return self.send_remote(route, msg, None, false);
+        }
         if self.cell.refuses_messages() {
             if let (true, Some(bound)) = (has_room, bound) {
                 bound.free();
@@ -205,6 +262,23 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handles<M, K>,
     {
+        if let Some(route) = self.cell.route() {
+            // A proxy: wait for room in the connection's queue, as for a
+            // bounded mailbox.
+            let mut msg = msg;
+            loop {
+                if self.cell.refuses_messages() {
+                    return self.send_rare::<M, K>(msg, None, false);
+                }
+                match self.send_remote(route, msg, None, false) {
+                    Err(SendError::Full(m)) => {
+                        msg = m;
+                        route.room(self.cell.id).await;
+                    }
+                    other => return other,
+                }
+            }
+        }
         if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
             if bound.wait_for_room().await.is_err() {
                 return Err(SendError::Stopped(msg));
@@ -232,6 +306,9 @@ impl<A: Actor> ActorRef<A> {
     {
         let system = &self.cell.system;
         let state = if self.cell.closed_or_held() {
+            if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
+                return self.ask_remote(route, msg);
+            }
             let (tx, rx) = oneshot::channel();
             match self.send_rare::<M, K>(msg, Some(tx), false) {
                 Ok(()) => AskState::Waiting(rx),
@@ -248,6 +325,24 @@ impl<A: Actor> ActorRef<A> {
                 Err(e) => AskState::Failed(Some(e.into())),
             }
         };
+        Ask {
+            state,
+            timeout: system.config.ask_timeout,
+            sleep: None,
+            system: system.clone(),
+        }
+    }
+
+    /// An `ask` of a proxy: the reply comes through a [`ReplySender`].
+    #[cold]
+    #[inline(never)]
+    fn ask_remote<M: Message>(&self, route: &Arc<dyn Route>, msg: M) -> Ask<M::Reply> {
+        let (tx, rx) = oneshot::channel();
+        let state = match self.send_remote(route, msg, Some(ReplySender::new(tx)), false) {
+            Ok(()) => AskState::Remote(rx),
+            Err(e) => AskState::Failed(Some(e.into())),
+        };
+        let system = &self.cell.system;
         Ask {
             state,
             timeout: system.config.ask_timeout,
@@ -368,6 +463,9 @@ impl<A: Actor> ActorRef<A> {
 
 enum AskState<R> {
     Waiting(oneshot::Receiver<R>),
+    /// An ask of a remote actor: the remote layer ends it with the reply or
+    /// a typed error.
+    Remote(oneshot::Receiver<Result<R, AskError>>),
     Failed(Option<AskError>),
 }
 
@@ -422,16 +520,20 @@ impl<R> Future for Ask<R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let rx = match &mut this.state {
+        match &mut this.state {
             AskState::Failed(e) => {
                 return Poll::Ready(Err(e.take().unwrap_or(AskError::NoReply)));
             }
-            AskState::Waiting(rx) => rx,
-        };
-        match Pin::new(rx).poll(cx) {
-            Poll::Ready(Ok(reply)) => return Poll::Ready(Ok(reply)),
-            Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::NoReply)),
-            Poll::Pending => {}
+            AskState::Waiting(rx) => match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(reply)) => return Poll::Ready(Ok(reply)),
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::NoReply)),
+                Poll::Pending => {}
+            },
+            AskState::Remote(rx) => match Pin::new(rx).poll(cx) {
+                Poll::Ready(Ok(outcome)) => return Poll::Ready(outcome),
+                Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::ConnectionLost)),
+                Poll::Pending => {}
+            },
         }
         let timeout = this.timeout;
         let system = &this.system;

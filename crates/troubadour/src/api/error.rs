@@ -15,16 +15,28 @@ pub enum SendError<M> {
     /// The actor has stopped (or the system shut down). The message was also
     /// counted as a dead letter.
     Stopped(M),
-    /// The actor's bounded mailbox is full. Retry later, or use
+    /// The actor's bounded mailbox is full, or, for an actor on another
+    /// node, the connection's bounded outbound queue is. Retry later, or use
     /// `send(msg).await` to wait for room.
     Full(M),
+    /// The actor is on another node and this message type is not
+    /// registered with the remote layer, so it cannot travel. Only
+    /// registered types are ever encoded or decoded.
+    Unregistered(M),
+    /// The actor is on another node and the message could not be encoded:
+    /// its serialization failed, or it is larger than the connection
+    /// accepts. The reason says which.
+    Unencodable(M, String),
 }
 
 impl<M> SendError<M> {
     /// The message that could not be delivered.
     pub fn into_message(self) -> M {
         match self {
-            SendError::Stopped(m) | SendError::Full(m) => m,
+            SendError::Stopped(m)
+            | SendError::Full(m)
+            | SendError::Unregistered(m)
+            | SendError::Unencodable(m, _) => m,
         }
     }
 }
@@ -34,6 +46,10 @@ impl<M> fmt::Debug for SendError<M> {
         match self {
             SendError::Stopped(_) => write!(f, "SendError::Stopped(..)"),
             SendError::Full(_) => write!(f, "SendError::Full(..)"),
+            SendError::Unregistered(_) => write!(f, "SendError::Unregistered(..)"),
+            SendError::Unencodable(_, reason) => {
+                write!(f, "SendError::Unencodable(.., {reason:?})")
+            }
         }
     }
 }
@@ -48,7 +64,20 @@ impl<M> fmt::Display for SendError<M> {
             ),
             SendError::Full(_) => write!(
                 f,
-                "the actor's bounded mailbox is full; retry, or use `send(..).await` to wait for room"
+                "the actor's bounded mailbox (or its node's outbound queue) is full; \
+                 retry, or use `send(..).await` to wait for room"
+            ),
+            SendError::Unregistered(_) => write!(
+                f,
+                "the actor is on another node and {} is not registered for the network; \
+                 register it with the remote layer (`#[derive(Message)]` with `remote`, \
+                 or `RemoteBuilder::register`) on both nodes",
+                std::any::type_name::<M>()
+            ),
+            SendError::Unencodable(_, reason) => write!(
+                f,
+                "the actor is on another node and the {} message could not be encoded: {reason}",
+                std::any::type_name::<M>()
             ),
         }
     }
@@ -77,6 +106,19 @@ pub enum AskError {
     /// actor stuck past the shutdown deadline ends here rather than in its
     /// timeout.
     SystemShutdown,
+    /// The actor is on another node and the request's type is not
+    /// registered with the remote layer ([`SendError::Unregistered`]).
+    Unregistered,
+    /// The actor is on another node and the request could not be encoded,
+    /// or the reply could not be decoded; the reason says which.
+    Unencodable(String),
+    /// The actor is on another node and the connection to it was lost (or
+    /// the node was declared down) before the reply came. The request may
+    /// or may not have been handled.
+    ConnectionLost,
+    /// The actor's node refused the request (it does not know the type,
+    /// or could not decode it); the reason is the node's.
+    Refused(String),
 }
 
 impl fmt::Display for AskError {
@@ -98,6 +140,28 @@ impl fmt::Display for AskError {
                 "ask failed: the actor system has shut down, so no reply will come; \
                  ask before calling `shutdown` (or dropping the system)"
             ),
+            AskError::Unregistered => write!(
+                f,
+                "ask failed: the actor is on another node and the request's type is not \
+                 registered for the network; register it with the remote layer on both nodes"
+            ),
+            AskError::Unencodable(reason) => {
+                write!(
+                    f,
+                    "ask failed: the request or its reply could not be encoded: {reason}"
+                )
+            }
+            AskError::ConnectionLost => write!(
+                f,
+                "ask failed: the connection to the actor's node was lost before the reply \
+                 came; the request may or may not have been handled"
+            ),
+            AskError::Refused(reason) => {
+                write!(
+                    f,
+                    "ask failed: the actor's node refused the request: {reason}"
+                )
+            }
         }
     }
 }
@@ -109,6 +173,8 @@ impl<M> From<SendError<M>> for AskError {
         match e {
             SendError::Stopped(_) => AskError::Stopped,
             SendError::Full(_) => AskError::Full,
+            SendError::Unregistered(_) => AskError::Unregistered,
+            SendError::Unencodable(_, reason) => AskError::Unencodable(reason),
         }
     }
 }

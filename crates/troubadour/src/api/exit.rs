@@ -42,6 +42,17 @@ impl ActorId {
     pub fn node(self) -> NodeId {
         NodeId::at((self.0 >> SERIAL_BITS) as u32)
     }
+
+    /// The id of actor `serial` of `node`: how the remote layer names an
+    /// actor of another process once it has entered the node with
+    /// [`NodeId::remote`]. `None` for a serial no system hands out (0, or
+    /// more than 44 bits), which only a hostile or broken peer sends.
+    pub fn on(node: &NodeId, serial: u64) -> Option<ActorId> {
+        if serial == 0 || serial > MAX_SERIAL {
+            return None;
+        }
+        Some(ActorId(((node.index() as u64) << SERIAL_BITS) | serial))
+    }
 }
 
 impl fmt::Debug for ActorId {
@@ -81,6 +92,11 @@ pub enum ExitReason {
     /// A monitor or `wait_stopped` of a stopped actor gets the reason it
     /// stopped for instead: that is remembered.
     NoProc,
+    /// The connection to the actor's node was lost, or the node was
+    /// declared down, so nothing more will be heard from it (Erlang's
+    /// `noconnection`). The actor itself may still be running there. Like
+    /// any abnormal reason it propagates along links.
+    NoConnection,
 }
 
 impl ExitReason {
@@ -110,6 +126,10 @@ impl fmt::Display for ExitReason {
                 write!(f, "restart intensity exceeded (last child exit: {r})")
             }
             ExitReason::NoProc => write!(f, "noproc (the actor was not running)"),
+            ExitReason::NoConnection => write!(
+                f,
+                "noconnection (the connection to the actor's node was lost)"
+            ),
         }
     }
 }

@@ -56,6 +56,8 @@ struct NodeInner {
     name: Box<str>,
     address: Option<SocketAddr>,
     incarnation: u64,
+    /// Its place in [`NODES`], the high bits of its actors' ids.
+    index: u32,
 }
 
 impl NodeId {
@@ -80,17 +82,75 @@ impl NodeId {
     /// A fresh identity for a system starting now, and its index in the
     /// process-wide table.
     pub(crate) fn start(name: &str) -> Result<(NodeId, u32), BuildError> {
-        let node = NodeId(Arc::new(NodeInner {
-            name: name.into(),
-            address: None,
-            incarnation: fresh_incarnation(),
-        }));
         let mut nodes = NODES.write().unwrap_or_else(|p| p.into_inner());
         if nodes.len() >= MAX_NODES {
             return Err(BuildError::TooManySystems { limit: MAX_NODES });
         }
+        let index = nodes.len() as u32;
+        let node = NodeId(Arc::new(NodeInner {
+            name: name.into(),
+            address: None,
+            incarnation: fresh_incarnation(),
+            index,
+        }));
         nodes.push(node.clone());
-        Ok((node, (nodes.len() - 1) as u32))
+        Ok((node, index))
+    }
+
+    /// The identity of a node in another process, as its handshake told
+    /// it: for extension crates (the remote layer), which enter each peer
+    /// node here once so that its actors' ids are one word like local ones
+    /// and never equal a local id. The same `name` and `incarnation` give
+    /// the same `NodeId` (the address of the first call is kept); a node
+    /// that restarts has a new incarnation and so is a new node.
+    ///
+    /// ```
+    /// use troubadour::{ActorId, NodeId};
+    /// let a = NodeId::remote("orders", Some("127.0.0.1:7000".parse()?), 42)?;
+    /// let b = NodeId::remote("orders", None, 42)?;
+    /// assert_eq!(a, b);
+    /// assert_ne!(a, NodeId::remote("orders", None, 43)?);
+    /// let id = ActorId::on(&a, 7).expect("7 is a valid serial");
+    /// assert_eq!((id.node(), id.serial()), (a, 7));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`BuildError::InvalidName`] for a name a system could not have, and
+    /// [`BuildError::TooManySystems`] when the process-wide table is full.
+    pub fn remote(
+        name: &str,
+        address: Option<SocketAddr>,
+        incarnation: u64,
+    ) -> Result<NodeId, BuildError> {
+        validate_name(name)?;
+        {
+            let nodes = NODES.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = find(&nodes, name, incarnation) {
+                return Ok(n);
+            }
+        }
+        let mut nodes = NODES.write().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = find(&nodes, name, incarnation) {
+            return Ok(n);
+        }
+        if nodes.len() >= MAX_NODES {
+            return Err(BuildError::TooManySystems { limit: MAX_NODES });
+        }
+        let index = nodes.len() as u32;
+        let node = NodeId(Arc::new(NodeInner {
+            name: name.into(),
+            address,
+            incarnation,
+            index,
+        }));
+        nodes.push(node.clone());
+        Ok(node)
+    }
+
+    /// Its index in the process-wide table.
+    pub(crate) fn index(&self) -> u32 {
+        self.0.index
     }
 
     /// The node at `index` in the process-wide table.
@@ -99,6 +159,16 @@ impl NodeId {
         // Ids are only made by systems, after their node was pushed.
         nodes[index as usize].clone()
     }
+}
+
+/// A node already in the table. Searched from the newest: peers are
+/// entered as they connect, and a process holds few of them.
+fn find(nodes: &[NodeId], name: &str, incarnation: u64) -> Option<NodeId> {
+    nodes
+        .iter()
+        .rev()
+        .find(|n| n.0.incarnation == incarnation && &*n.0.name == name)
+        .cloned()
 }
 
 /// Time, process id and a process-wide counter, hashed with a randomly

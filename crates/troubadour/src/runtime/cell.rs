@@ -29,7 +29,7 @@ use crate::runtime::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::runtime::system::SystemCore;
 use crate::simulation::in_flight::InFlight;
 
-mod lifecycle;
+pub(crate) mod lifecycle;
 use std::cell::UnsafeCell;
 use std::collections::BTreeMap;
 use std::mem::MaybeUninit;
@@ -83,6 +83,9 @@ pub(crate) enum AfterChildren {
 pub(crate) struct CellConfig {
     pub(crate) bound: Option<crate::runtime::mailbox_bound::MailboxBound>,
     pub(crate) dedicated: Option<crossbeam_utils::sync::Unparker>,
+    /// Set only in a proxy for a remote actor (`remote.rs`): where its
+    /// messages and signals go.
+    pub(crate) route: Option<Arc<dyn crate::runtime::remote::Route>>,
 }
 
 pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;
@@ -206,6 +209,37 @@ impl<A: Actor> ActorCell<A> {
         })
     }
 
+    /// A proxy for the remote actor `id`: no actor, never scheduled (it is
+    /// born holding the consumer role and never gives it up, so no send
+    /// can schedule it), and `HELD`, so every send and signal takes the
+    /// rare path, which hands it to the route in `config`.
+    pub(crate) fn proxy(
+        system: Arc<SystemCore>,
+        id: ActorId,
+        config: Box<CellConfig>,
+    ) -> Arc<Self> {
+        debug_assert!(config.route.is_some());
+        Arc::new(ActorCell {
+            run: RunState::new(SCHEDULED | HELD | DETACHED),
+            phase: UnsafeCell::new(Phase::Starting),
+            request: UnsafeCell::new(Request::None),
+            has_actor: UnsafeCell::new(false),
+            id,
+            system,
+            mailbox: Queue::new(),
+            signals: SignalStack::new(),
+            config: Some(config),
+            extras: UnsafeCell::new(None),
+            actor: UnsafeCell::new(MaybeUninit::uninit()),
+        })
+    }
+
+    /// The route of a proxy; `None` for every local actor.
+    #[inline]
+    pub(crate) fn route(&self) -> Option<&Arc<dyn crate::runtime::remote::Route>> {
+        self.config.as_ref().and_then(|c| c.route.as_ref())
+    }
+
     // ---- producer side -------------------------------------------------
 
     /// The incarnation timers armed now belong to (see `run_state.rs`).
@@ -247,6 +281,13 @@ impl<A: Actor> ActorCell<A> {
     pub(crate) fn stop_gracefully(self: &Arc<Self>) {
         let before = self.run.fetch_set(SEALED);
         if before & (SEALED | CLOSED) != 0 {
+            return;
+        }
+        if let Some(route) = self.route() {
+            route.signal(
+                self.id,
+                crate::runtime::remote::OutgoingSignal::StopGracefully,
+            );
             return;
         }
         let marker = crate::runtime::graceful::marker::<A>();
@@ -301,6 +342,10 @@ impl<A: Actor> ActorCell<A> {
     }
 
     pub(crate) fn send_signal(self: &Arc<Self>, signal: Signal) {
+        if let Some(route) = self.route() {
+            crate::runtime::remote::route_signal(route, self.id, signal);
+            return;
+        }
         // SAFETY: as for `enqueue`.
         unsafe { self.signals.push(SignalNode::boxed(signal)) };
         self.notify(0);

@@ -142,6 +142,7 @@ pub(crate) fn spawn_actor<A: Actor>(
         Box::new(CellConfig {
             bound,
             dedicated: parker.as_ref().map(|p| p.unparker().clone()),
+            route: None,
         })
     });
     let id = ActorId(core.next_id()?);

@@ -798,7 +798,7 @@ impl<A: Actor> ActorCell<A> {
     }
 }
 
-fn deliver_down(w: Watcher, id: ActorId, reason: ExitReason) {
+pub(crate) fn deliver_down(w: Watcher, id: ActorId, reason: ExitReason) {
     match w {
         Watcher::Actor { down, .. } => {
             // A system message: past the watcher's bound, never dropped
