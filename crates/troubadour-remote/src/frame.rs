@@ -101,6 +101,15 @@ pub enum Kind {
     /// A control signal (link, monitor, exit, heartbeat): `code` says which.
     /// Control lane only.
     Control = 2,
+    /// A request (`ask`): `code` is its type id, `sender` the request's
+    /// number on this connection, the payload its encoding. User or large
+    /// lane only.
+    Ask = 3,
+    /// The answer to an [`Ask`](Kind::Ask): `sender` is the request's
+    /// number, `code` 0 for a reply (the payload is its encoding) or the
+    /// reason there is none (the payload says more). User or large lane
+    /// only.
+    Reply = 4,
 }
 
 impl Kind {
@@ -109,6 +118,8 @@ impl Kind {
             0 => Some(Kind::Handshake),
             1 => Some(Kind::Message),
             2 => Some(Kind::Control),
+            3 => Some(Kind::Ask),
+            4 => Some(Kind::Reply),
             _ => None,
         }
     }
@@ -117,8 +128,14 @@ impl Kind {
     pub fn allowed_on(self, lane: Lane) -> bool {
         match self {
             Kind::Handshake | Kind::Control => lane == Lane::Control,
-            Kind::Message => lane != Lane::Control,
+            Kind::Message | Kind::Ask | Kind::Reply => lane != Lane::Control,
         }
+    }
+
+    /// Whether frames of this kind carry a message's encoding, and so move
+    /// to the large lane when over the user cap.
+    pub fn carries_message(self) -> bool {
+        matches!(self, Kind::Message | Kind::Ask | Kind::Reply)
     }
 }
 
@@ -128,6 +145,8 @@ impl fmt::Display for Kind {
             Kind::Handshake => "handshake",
             Kind::Message => "message",
             Kind::Control => "control",
+            Kind::Ask => "ask",
+            Kind::Reply => "reply",
         })
     }
 }
@@ -515,9 +534,10 @@ where
     F: FnOnce(&mut B, usize) -> Result<(), EncodeError>,
 {
     check_kind(header)?;
-    let max_lane = match header.kind {
-        Kind::Message => Lane::Large,
-        _ => header.lane,
+    let max_lane = if header.kind.carries_message() {
+        Lane::Large
+    } else {
+        header.lane
     };
     let max = limits.cap(max_lane).max(limits.cap(header.lane));
     let start = out.len();
@@ -535,7 +555,7 @@ where
         .and_then(|()| {
             let len = out.len() - start - HEADER_LEN;
             let mut lane = header.lane;
-            if len > limits.cap(lane) as usize && header.kind == Kind::Message {
+            if len > limits.cap(lane) as usize && header.kind.carries_message() {
                 lane = Lane::Large;
             }
             let cap = limits.cap(lane);

@@ -42,3 +42,11 @@ pub mod codec;
 pub mod connection;
 pub mod frame;
 pub mod handshake;
+mod messages;
+mod node;
+mod peer;
+mod wire;
+
+pub use connection::{Security, TlsConfig};
+pub use messages::{Accepts, RemoteActor, RemoteMessage};
+pub use node::{LookupError, Remote, RemoteBuilder, RemoteError, RemoteStats};

@@ -4,14 +4,13 @@
 //! Waits in the tests are hang guards only ([`GUARD`]); the one timeout
 //! under test is the endpoint's own, configured short.
 
+mod common;
+
+use common::Ca;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{CertificateError, ClientConfig, RootCertStore};
@@ -31,53 +30,6 @@ use troubadour_remote::handshake::{Handshake, HANDSHAKE_REFUSED, PROTOCOL_VERSIO
 /// Hang guard: far longer than anything here takes.
 const GUARD: Duration = Duration::from_secs(60);
 const CLUSTER: &str = "test-cluster";
-
-/// A CA and the means to issue node certificates from it.
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let cert = params.self_signed(&key).unwrap();
-        Ca {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A node certificate for `localhost` and 127.0.0.1: (chain PEM, key PEM).
-    fn node(&self, name: &str) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-
-    /// TLS config for a node with a certificate from this CA, trusting `trust`.
-    fn tls(&self, name: &str, trust: &Ca) -> TlsConfig {
-        let (chain, key) = self.node(name);
-        TlsConfig::from_pem(chain.as_bytes(), key.as_bytes(), trust.pem.as_bytes()).unwrap()
-    }
-}
 
 fn endpoint(cluster: &str, name: &str, incarnation: u64, tls: TlsConfig) -> Endpoint {
     Endpoint::new(cluster, name, incarnation, Security::Tls(tls))

@@ -1,0 +1,518 @@
+//! A system on the network: [`Remote`] listens, dials, exposes local
+//! actors by name and looks up other nodes' actors, handing out ordinary
+//! `ActorRef`s for them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
+use troubadour::remote::proxy;
+use troubadour::{ActorRef, NodeId, SystemHandle};
+
+use crate::codec::DEFAULT_MAX_DEPTH;
+use crate::connection::{ConnectError, Connection, Endpoint, Listener, Security};
+use crate::frame::Limits;
+use crate::messages::{Encoders, Export, RemoteActor, RemoteMessage};
+use crate::peer::Peer;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Settings of a [`Remote`] beyond security and messages.
+#[derive(Clone, Debug)]
+pub(crate) struct Config {
+    pub heartbeat_interval: Duration,
+    pub heartbeat_timeout: Duration,
+    pub outbound_queue_bytes: usize,
+    pub max_depth: usize,
+    pub remote_ask_limit: Duration,
+    pub lookup_timeout: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Duration::from_secs(5),
+            outbound_queue_bytes: 8 * 1024 * 1024,
+            max_depth: DEFAULT_MAX_DEPTH,
+            remote_ask_limit: Duration::from_secs(300),
+            lookup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Counters of what the remote layer refused or lost, per reason. Every
+/// frame dropped on the receiving side is counted in exactly one of them.
+#[derive(Debug, Default)]
+pub struct RemoteStats {
+    /// Frames whose message type the receiving actor does not accept.
+    pub unknown_type: AtomicU64,
+    /// Frames whose payload did not decode (or was nested too deep).
+    pub undecodable: AtomicU64,
+    /// Frames for an actor that is not exposed here or has stopped.
+    pub no_such_actor: AtomicU64,
+    /// Frames refused by the receiving actor's full bounded mailbox.
+    pub mailbox_full: AtomicU64,
+    /// Connections closed for a framing error.
+    pub framing_errors: AtomicU64,
+    /// Connections lost, for any reason.
+    pub connections_lost: AtomicU64,
+    /// Incoming connections refused in TLS or the handshake.
+    pub handshakes_refused: AtomicU64,
+}
+
+impl RemoteStats {
+    /// A counter's current value.
+    pub fn get(counter: &AtomicU64) -> u64 {
+        counter.load(Ordering::Relaxed)
+    }
+}
+
+/// What every connection of one [`Remote`] shares.
+pub(crate) struct Shared {
+    pub system: SystemHandle,
+    pub runtime: tokio::runtime::Handle,
+    pub endpoint: Endpoint,
+    pub limits: Limits,
+    pub config: Config,
+    pub encoders: Encoders,
+    pub stats: RemoteStats,
+    exports: RwLock<Exports>,
+    peers: Mutex<Peers>,
+}
+
+#[derive(Default)]
+struct Exports {
+    by_serial: HashMap<u64, Arc<Export>>,
+    by_name: HashMap<String, u64>,
+}
+
+#[derive(Default)]
+struct Peers {
+    /// Connections this node dialled, by the address dialled.
+    dialled: HashMap<SocketAddr, Arc<Peer>>,
+    /// Every live connection.
+    all: Vec<Arc<Peer>>,
+}
+
+impl Shared {
+    pub(crate) fn export(&self, serial: u64) -> Option<Arc<Export>> {
+        self.exports
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_serial
+            .get(&serial)
+            .cloned()
+    }
+
+    pub(crate) fn export_named(&self, name: &str) -> Option<(u64, Arc<Export>)> {
+        let exports = self.exports.read().unwrap_or_else(|p| p.into_inner());
+        let serial = *exports.by_name.get(name)?;
+        Some((serial, exports.by_serial.get(&serial)?.clone()))
+    }
+
+    /// A lost connection leaves the tables, so the next lookup dials anew.
+    pub(crate) fn forget(&self, peer: &Peer) {
+        let mut peers = lock(&self.peers);
+        peers.dialled.retain(|_, p| !std::ptr::eq(&**p, peer));
+        peers.all.retain(|p| !std::ptr::eq(&**p, peer));
+    }
+}
+
+/// Why a [`Remote`] could not start, or a registration was refused.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RemoteError {
+    /// Two message types (or a message and another name) share a stable
+    /// name's type id; give one of them another name.
+    NameClash {
+        /// The name registered first.
+        first: &'static str,
+        /// The name that clashed with it.
+        second: &'static str,
+    },
+    /// Names starting with `troubadour.system.` are the remote layer's own.
+    ReservedName(&'static str),
+    /// Binding the listen address failed, or plaintext was asked for on an
+    /// address that is not loopback.
+    Listen(ConnectError),
+    /// The name is already exposed on this node; unexpose it first.
+    NameTaken(String),
+    /// The actor has stopped; there is nothing to expose.
+    Stopped,
+    /// The system's actor is not on this node (a proxy cannot be exposed).
+    NotLocal,
+}
+
+impl fmt::Display for RemoteError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RemoteError::NameClash { first, second } => write!(
+                f,
+                "the remote names {first:?} and {second:?} give the same type id (or one name \
+                 is registered for two types); rename one of them"
+            ),
+            RemoteError::ReservedName(n) => write!(
+                f,
+                "the remote name {n:?} starts with \"troubadour.system.\", which is reserved; \
+                 choose another"
+            ),
+            RemoteError::Listen(e) => write!(f, "could not listen: {e}"),
+            RemoteError::NameTaken(n) => write!(
+                f,
+                "an actor is already exposed as {n:?} on this node; call `unexpose` first"
+            ),
+            RemoteError::Stopped => write!(f, "the actor has stopped, so it cannot be exposed"),
+            RemoteError::NotLocal => write!(
+                f,
+                "the actor is on another node; only this node's actors can be exposed here"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RemoteError {}
+
+/// Why [`Remote::lookup`] found no actor.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum LookupError {
+    /// No connection to the node: TLS, the handshake or TCP failed.
+    Connect(ConnectError),
+    /// The node answered that it exposes nothing under the name, or an
+    /// actor of another type.
+    NotFound(String),
+    /// The connection was lost, or the node did not answer in time.
+    NoAnswer(String),
+}
+
+impl fmt::Display for LookupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LookupError::Connect(e) => write!(f, "lookup failed: could not connect: {e}"),
+            LookupError::NotFound(reason) => write!(f, "lookup failed: {reason}"),
+            LookupError::NoAnswer(reason) => {
+                write!(f, "lookup failed: the node did not answer: {reason}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for LookupError {}
+
+/// Builds a [`Remote`]: the cluster's name and security, the messages
+/// this node sends and receives, limits.
+pub struct RemoteBuilder {
+    cluster: String,
+    security: Security,
+    listen: Option<SocketAddr>,
+    limits: Limits,
+    config: Config,
+    encoders: Encoders,
+    error: Option<RemoteError>,
+    handshake_timeout: Option<Duration>,
+}
+
+impl RemoteBuilder {
+    /// Registers `M` for sending (its encoder) and, on the actors whose
+    /// [`RemoteActor::accepts`] lists it, for receiving.
+    pub fn register<M: RemoteMessage>(mut self) -> Self {
+        if let Err(e) = self.encoders.register::<M>() {
+            self.error.get_or_insert(e);
+        }
+        self
+    }
+
+    /// Listens for other nodes on `addr` (port 0: the system picks one;
+    /// see [`Remote::local_addr`]). Without it the node only dials.
+    pub fn listen(mut self, addr: SocketAddr) -> Self {
+        self.listen = Some(addr);
+        self
+    }
+
+    /// The frame caps (both nodes should use the same; the default user cap
+    /// is 256 KiB, the large lane's 16 MiB).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// How many bytes may wait to be written to one peer before `tell` is
+    /// refused with `Full` (default 8 MiB).
+    pub fn outbound_queue_bytes(mut self, bytes: usize) -> Self {
+        self.config.outbound_queue_bytes = bytes;
+        self
+    }
+
+    /// Heartbeats: sent after `interval` of idleness; a connection silent
+    /// for `timeout` is lost (defaults 1 s and 5 s).
+    pub fn heartbeat(mut self, interval: Duration, timeout: Duration) -> Self {
+        self.config.heartbeat_interval = interval;
+        self.config.heartbeat_timeout = timeout;
+        self
+    }
+
+    /// How long TCP, TLS and the handshake may take (default 10 s).
+    pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
+        self.handshake_timeout = Some(timeout);
+        self
+    }
+
+    /// How long this node waits for a local actor's reply to a remote ask
+    /// before answering that none came (default 300 s; the asker's own
+    /// timeout usually ends it first).
+    pub fn remote_ask_limit(mut self, limit: Duration) -> Self {
+        self.config.remote_ask_limit = limit;
+        self
+    }
+
+    /// Starts networking `system`: binds the listen address and accepts
+    /// connections on the system's tokio runtime.
+    pub async fn start(self, system: &SystemHandle) -> Result<Remote, RemoteError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let node = system.node();
+        let mut endpoint =
+            Endpoint::new(self.cluster, node.name(), node.incarnation(), self.security)
+                .with_limits(self.limits);
+        if let Some(t) = self.handshake_timeout {
+            endpoint = endpoint.with_handshake_timeout(t);
+        }
+        let listener = match self.listen {
+            Some(addr) => Some(endpoint.listen(addr).await.map_err(RemoteError::Listen)?),
+            None => None,
+        };
+        let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        let shared = Arc::new(Shared {
+            system: system.clone(),
+            runtime: system.tokio_handle().clone(),
+            endpoint,
+            limits: self.limits,
+            config: self.config,
+            encoders: self.encoders,
+            stats: RemoteStats::default(),
+            exports: RwLock::new(Exports::default()),
+            peers: Mutex::new(Peers::default()),
+        });
+        let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
+        Ok(Remote {
+            shared,
+            local_addr,
+            accept_task,
+        })
+    }
+}
+
+async fn accept_loop(shared: Arc<Shared>, listener: Listener) {
+    loop {
+        let incoming = match listener.accept().await {
+            Ok(i) => i,
+            // Out of file descriptors and the like: wait and go on.
+            Err(_) => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let shared = shared.clone();
+        // Each handshake in a task of its own: a stalling peer holds up
+        // only itself.
+        tokio::spawn(async move {
+            match incoming.establish().await {
+                Ok(conn) => {
+                    let _ = attach(&shared, conn);
+                }
+                Err(_) => {
+                    shared
+                        .stats
+                        .handshakes_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+    }
+}
+
+/// Enters an established connection's node and starts its tasks.
+fn attach(shared: &Arc<Shared>, conn: Connection) -> Option<Arc<Peer>> {
+    let (stream, decoder, identity) = conn.into_parts();
+    let node = NodeId::remote(
+        &identity.node_name,
+        Some(identity.addr),
+        identity.incarnation,
+    )
+    .ok()?;
+    let peer = Peer::start(shared.clone(), node, stream, decoder);
+    lock(&shared.peers).all.push(peer.clone());
+    Some(peer)
+}
+
+/// A system on the network. See the [crate docs](crate).
+pub struct Remote {
+    shared: Arc<Shared>,
+    local_addr: Option<SocketAddr>,
+    accept_task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Remote {
+    /// A builder for a node of cluster `cluster` with `security`: mutual
+    /// TLS from the cluster's CA ([`Security::Tls`]), or plaintext bound to
+    /// loopback ([`Security::PlaintextLoopbackOnly`], for benchmarks).
+    pub fn builder(cluster: impl Into<String>, security: Security) -> RemoteBuilder {
+        RemoteBuilder {
+            cluster: cluster.into(),
+            security,
+            listen: None,
+            limits: Limits::default(),
+            config: Config::default(),
+            encoders: Encoders::default(),
+            error: None,
+            handshake_timeout: None,
+        }
+    }
+
+    /// The address it listens on, if it listens.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.local_addr
+    }
+
+    /// The refusal and loss counters.
+    pub fn stats(&self) -> &RemoteStats {
+        &self.shared.stats
+    }
+
+    /// Makes `actor` reachable from other nodes under `name`, for the
+    /// messages its [`RemoteActor::accepts`] lists.
+    pub fn expose<A: RemoteActor>(
+        &self,
+        name: &str,
+        actor: &ActorRef<A>,
+    ) -> Result<(), RemoteError> {
+        if !actor.is_alive() {
+            return Err(RemoteError::Stopped);
+        }
+        if actor.id().node() != self.shared.system.node() {
+            return Err(RemoteError::NotLocal);
+        }
+        let export = Arc::new(Export::new(actor)?);
+        let serial = actor.id().serial();
+        let mut exports = self
+            .shared
+            .exports
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        if exports.by_name.contains_key(name) {
+            return Err(RemoteError::NameTaken(name.to_string()));
+        }
+        exports.by_name.insert(name.to_string(), serial);
+        exports.by_serial.insert(serial, export);
+        Ok(())
+    }
+
+    /// Removes the name; the actor is no longer reachable through it (nor,
+    /// unless exposed under another name, at all). `false` if the name was
+    /// not exposed.
+    pub fn unexpose(&self, name: &str) -> bool {
+        let mut exports = self
+            .shared
+            .exports
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let Some(serial) = exports.by_name.remove(name) else {
+            return false;
+        };
+        if !exports.by_name.values().any(|s| *s == serial) {
+            exports.by_serial.remove(&serial);
+        }
+        true
+    }
+
+    /// The actor the node at `addr` exposes under `name`, as an ordinary
+    /// `ActorRef<A>`: `tell`, `ask`, `monitor`, `link`, `stop` work as for
+    /// a local actor. Dials the node if this one has no connection to it
+    /// yet; with TLS, its certificate must be valid for `addr`'s IP.
+    pub async fn lookup<A: RemoteActor>(
+        &self,
+        addr: SocketAddr,
+        name: &str,
+    ) -> Result<ActorRef<A>, LookupError> {
+        let peer = self.peer(addr).await.map_err(LookupError::Connect)?;
+        let serial = peer
+            .lookup(name, A::NAME, self.shared.config.lookup_timeout)
+            .await
+            .map_err(|reason| {
+                if peer.is_lost() || reason.starts_with("no answer") {
+                    LookupError::NoAnswer(reason)
+                } else {
+                    LookupError::NotFound(reason)
+                }
+            })?;
+        let id = troubadour::ActorId::on(&peer.node, serial).ok_or_else(|| {
+            LookupError::NotFound(format!(
+                "the node answered with an invalid actor number {serial}"
+            ))
+        })?;
+        Ok(proxy::<A>(&self.shared.system, id, peer.route()))
+    }
+
+    /// Whether the connection to the node at `addr` is encrypted (mutual
+    /// TLS); `None` without one.
+    pub fn is_tls(&self, addr: SocketAddr) -> Option<bool> {
+        lock(&self.shared.peers).dialled.get(&addr).map(|p| p.tls)
+    }
+
+    /// Closes every connection (their asks end with `ConnectionLost`,
+    /// their monitors and links fire with `NoConnection`) and stops
+    /// listening.
+    pub fn shutdown(&self) {
+        if let Some(t) = &self.accept_task {
+            t.abort();
+        }
+        let peers: Vec<Arc<Peer>> = lock(&self.shared.peers).all.clone();
+        for p in peers {
+            p.close();
+        }
+    }
+
+    async fn peer(&self, addr: SocketAddr) -> Result<Arc<Peer>, ConnectError> {
+        if let Some(p) = lock(&self.shared.peers).dialled.get(&addr) {
+            if !p.is_lost() {
+                return Ok(p.clone());
+            }
+        }
+        let server_name = addr.ip().to_string();
+        let conn = self.shared.endpoint.connect(addr, &server_name).await?;
+        let peer = attach(&self.shared, conn).ok_or(ConnectError::Closed)?;
+        let mut peers = lock(&self.shared.peers);
+        // Two lookups racing to dial: keep the first connection.
+        if let Some(p) = peers.dialled.get(&addr) {
+            if !p.is_lost() {
+                let first = p.clone();
+                drop(peers);
+                peer.close();
+                return Ok(first);
+            }
+        }
+        peers.dialled.insert(addr, peer.clone());
+        Ok(peer)
+    }
+}
+
+impl Drop for Remote {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+impl fmt::Debug for Remote {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Remote")
+            .field("node", &self.shared.system.node())
+            .field("local_addr", &self.local_addr)
+            .finish()
+    }
+}

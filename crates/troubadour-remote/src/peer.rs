@@ -1,0 +1,808 @@
+//! One established connection to another node: its outbound buffers and
+//! the task writing them, the task reading and dispatching its frames, and
+//! the [`Route`] that proxies of that node's actors send through.
+//!
+//! Sending: a sender encodes its message straight into the connection's
+//! user (or control) buffer under one short lock, on its own thread. The
+//! writer task swaps the buffers for empty ones and writes both, control
+//! first, so everything queued while a write was in flight goes out in the
+//! next write (coalescing) and no buffer is allocated per message. The
+//! buffers are bounded: past the outbound limit a `tell` is refused with
+//! `Full` (its message handed back) and `send().await` waits for room.
+//!
+//! Order: one connection carries everything from this node to that one,
+//! and both tasks keep order, so messages from one sender to one receiver
+//! arrive in the order sent. Control requests overtake user messages;
+//! `Down`s and link exits do not (see `wire.rs`).
+//!
+//! When the connection is lost (read error, framing error, silence past
+//! the heartbeat timeout), everything waiting on the peer ends at once:
+//! pending asks with `ConnectionLost`, monitors with `Down` and links with
+//! an exit, both with `ExitReason::NoConnection`, and later sends to its
+//! proxies are dead letters.
+
+use bytes::BytesMut;
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{oneshot, Notify};
+use troubadour::remote::{
+    proxy, ControlRef, Outgoing, OutgoingSignal, Refusal, RemoteProcess, Route, Watch,
+};
+use troubadour::{ActorId, AskError, Down, ExitReason, Immediate, NodeId};
+
+use crate::codec::{decode_payload, serialize_into};
+use crate::connection::Stream;
+use crate::frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, Header, Kind, Lane};
+use crate::messages::{Asked, Delivered, PendingReply};
+use crate::node::Shared;
+use crate::wire::{self, reply, Control, DownFrame, ExitFrame, WireReason};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The bytes waiting to be written.
+struct Outbound {
+    control: BytesMut,
+    user: BytesMut,
+    next_request: u64,
+}
+
+/// Bookkeeping of links and monitors that cross this connection, so that
+/// losing it ends each of them.
+#[derive(Default)]
+struct Crossing {
+    /// Watches of this node on actors of the peer: number → (target, watch).
+    watches: HashMap<u64, (u64, Watch)>,
+    next_watch: u64,
+    /// Links from local actors to the peer's: (local, remote) → local.
+    links_out: HashMap<(u64, u64), ControlRef>,
+    /// Links from the peer's actors to local ones: (remote, local) → local.
+    links_in: HashMap<(u64, u64), ControlRef>,
+    /// Monitors by the peer of local actors: (watch, local) → local.
+    monitors_in: HashMap<(u64, u64), ControlRef>,
+}
+
+pub(crate) struct Peer {
+    pub(crate) node: NodeId,
+    pub(crate) tls: bool,
+    shared: Arc<Shared>,
+    out: Mutex<Outbound>,
+    wake_writer: Notify,
+    room: Notify,
+    pending: Mutex<HashMap<u64, PendingReply>>,
+    lookups: Mutex<HashMap<u64, oneshot::Sender<Result<u64, String>>>>,
+    crossing: Mutex<Crossing>,
+    lost: AtomicBool,
+    closed: Notify,
+    sent_frames: AtomicU64,
+}
+
+impl Peer {
+    /// Starts the reader and writer tasks of an established connection.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        node: NodeId,
+        stream: Stream,
+        decoder: FrameDecoder,
+    ) -> Arc<Peer> {
+        let tls = matches!(stream, Stream::Tls(_));
+        let peer = Arc::new(Peer {
+            node,
+            tls,
+            shared: shared.clone(),
+            out: Mutex::new(Outbound {
+                control: BytesMut::with_capacity(4096),
+                user: BytesMut::with_capacity(64 * 1024),
+                next_request: 1,
+            }),
+            wake_writer: Notify::new(),
+            room: Notify::new(),
+            pending: Mutex::new(HashMap::new()),
+            lookups: Mutex::new(HashMap::new()),
+            crossing: Mutex::new(Crossing {
+                next_watch: 1,
+                ..Crossing::default()
+            }),
+            lost: AtomicBool::new(false),
+            closed: Notify::new(),
+            sent_frames: AtomicU64::new(0),
+        });
+        let (reader, writer) = tokio::io::split(stream);
+        let rt = shared.runtime.clone();
+        let p = peer.clone();
+        rt.spawn(async move {
+            let reason = p.clone().write_loop(writer).await;
+            p.lose(reason);
+        });
+        let p = peer.clone();
+        rt.spawn(async move {
+            let reason = p.clone().read_loop(reader, decoder).await;
+            p.lose(reason);
+        });
+        peer
+    }
+
+    pub(crate) fn is_lost(&self) -> bool {
+        self.lost.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection (both tasks end) and ends everything waiting
+    /// on it.
+    pub(crate) fn close(&self) {
+        self.lose("closed by this node".into());
+    }
+
+    fn lose(&self, reason: String) {
+        if self.lost.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.shared
+            .stats
+            .connections_lost
+            .fetch_add(1, Ordering::Relaxed);
+        tracing_note(&self.node, &reason);
+        self.closed.notify_waiters();
+        self.wake_writer.notify_one();
+        self.room.notify_waiters();
+        self.shared.forget(self);
+        // Dropping each pending reply ends its ask with `ConnectionLost`.
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        for (_, finish) in pending {
+            finish(Err(AskError::ConnectionLost), 0);
+        }
+        for (_, tx) in std::mem::take(&mut *lock(&self.lookups)) {
+            let _ = tx.send(Err(format!("the connection was lost: {reason}")));
+        }
+        let crossing = std::mem::take(&mut *lock(&self.crossing));
+        for (_, (target, watch)) in crossing.watches {
+            if let Some(id) = ActorId::on(&self.node, target) {
+                watch.notify(id, ExitReason::NoConnection);
+            }
+        }
+        for ((_, remote), local) in crossing.links_out {
+            if let Some(id) = ActorId::on(&self.node, remote) {
+                local.exit(id, ExitReason::NoConnection);
+            }
+        }
+        for ((remote, _), local) in crossing.links_in {
+            if let Some(id) = ActorId::on(&self.node, remote) {
+                local.exit(id, ExitReason::NoConnection);
+            }
+        }
+        for ((watch, _), local) in crossing.monitors_in {
+            if let Some(id) = ActorId::on(&self.node, watch) {
+                local.unmonitor(id);
+            }
+        }
+    }
+
+    // ---- sending ---------------------------------------------------------
+
+    fn queue_control(&self, control: &Control) {
+        let mut out = lock(&self.out);
+        let limits = self.shared.limits;
+        let header = Header::control(wire::CONTROL, 0, 0);
+        if encode_frame_with(&mut out.control, &header, &limits, |b, max| {
+            serialize_into(b, control, max)
+        })
+        .is_ok()
+        {
+            drop(out);
+            self.wake_writer.notify_one();
+        }
+    }
+
+    /// Queues an ordered system frame (a `Down` or a link's exit); never
+    /// refused for room, like a local system message.
+    fn queue_system<T: serde::Serialize>(&self, code: u64, receiver: u64, value: &T) {
+        let limits = self.shared.limits;
+        let mut out = lock(&self.out);
+        let header = Header::message(code, 0, receiver);
+        let ok = encode_frame_with(&mut out.user, &header, &limits, |b, max| {
+            serialize_into(b, value, max)
+        })
+        .is_ok();
+        drop(out);
+        if ok {
+            self.wake_writer.notify_one();
+        }
+    }
+
+    fn queue_reply(&self, request: u64, outcome: crate::messages::Answer) {
+        if self.is_lost() {
+            return;
+        }
+        let limits = self.shared.limits;
+        let (code, payload) = match outcome {
+            Ok(bytes) => (reply::OK, bytes),
+            Err((code, reason)) => (code, reason.into_bytes()),
+        };
+        let header = Header {
+            lane: Lane::User,
+            kind: Kind::Reply,
+            code,
+            sender: request,
+            receiver: 0,
+        };
+        let mut out = lock(&self.out);
+        let written = encode_frame_with(&mut out.user, &header, &limits, |b, max| {
+            if payload.len() > max {
+                return Err(crate::frame::EncodeError::TooLong {
+                    lane: Lane::Large,
+                    len: payload.len(),
+                    cap: max as u32,
+                });
+            }
+            b.extend_from_slice(&payload);
+            Ok(())
+        });
+        if written.is_err() {
+            let header = Header {
+                code: reply::UNENCODABLE,
+                ..header
+            };
+            let _ = encode_frame(
+                &mut out.user,
+                &header,
+                b"the reply is over the frame cap",
+                &limits,
+            );
+        }
+        drop(out);
+        self.wake_writer.notify_one();
+    }
+
+    async fn write_loop(self: Arc<Self>, mut writer: tokio::io::WriteHalf<Stream>) -> String {
+        let mut spare_control = BytesMut::with_capacity(4096);
+        let mut spare_user = BytesMut::with_capacity(64 * 1024);
+        let heartbeat = self.shared.config.heartbeat_interval;
+        loop {
+            if self.is_lost() {
+                let _ = writer.shutdown().await;
+                return "closed".into();
+            }
+            let (control, user) = {
+                let mut out = lock(&self.out);
+                if out.control.is_empty() && out.user.is_empty() {
+                    (None, None)
+                } else {
+                    spare_control.clear();
+                    spare_user.clear();
+                    let c = std::mem::replace(&mut out.control, std::mem::take(&mut spare_control));
+                    let u = std::mem::replace(&mut out.user, std::mem::take(&mut spare_user));
+                    (Some(c), Some(u))
+                }
+            };
+            let (Some(control), Some(user)) = (control, user) else {
+                tokio::select! {
+                    _ = self.wake_writer.notified() => {}
+                    _ = tokio::time::sleep(heartbeat) => {
+                        self.queue_control(&Control::Heartbeat);
+                    }
+                }
+                continue;
+            };
+            // Room again for senders waiting in `send().await`.
+            self.room.notify_waiters();
+            if !control.is_empty() {
+                if let Err(e) = writer.write_all(&control).await {
+                    return format!("write failed: {e}");
+                }
+            }
+            if !user.is_empty() {
+                if let Err(e) = writer.write_all(&user).await {
+                    return format!("write failed: {e}");
+                }
+            }
+            if let Err(e) = writer.flush().await {
+                return format!("write failed: {e}");
+            }
+            self.sent_frames.fetch_add(1, Ordering::Relaxed);
+            spare_control = control;
+            spare_user = user;
+        }
+    }
+
+    // ---- receiving -------------------------------------------------------
+
+    async fn read_loop(
+        self: Arc<Self>,
+        mut reader: tokio::io::ReadHalf<Stream>,
+        mut decoder: FrameDecoder,
+    ) -> String {
+        let silence = self.shared.config.heartbeat_timeout;
+        loop {
+            loop {
+                match decoder.decode() {
+                    Ok(Some(frame)) => self.dispatch(frame),
+                    Ok(None) => break,
+                    Err(e) => {
+                        self.shared
+                            .stats
+                            .framing_errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        return format!("framing error: {e}");
+                    }
+                }
+            }
+            let buf = decoder.buffer_mut();
+            buf.reserve(64 * 1024);
+            tokio::select! {
+                read = tokio::time::timeout(silence, reader.read_buf(buf)) => match read {
+                    Ok(Ok(0)) => return "the peer closed the connection".into(),
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return format!("read failed: {e}"),
+                    Err(_) => return format!("nothing heard for {silence:?} (heartbeat timeout)"),
+                },
+                _ = self.closed.notified() => return "closed".into(),
+            }
+        }
+    }
+
+    fn dispatch(self: &Arc<Self>, frame: Frame) {
+        let h = frame.header;
+        match h.kind {
+            Kind::Message if h.code == wire::SYSTEM_DOWN => {
+                self.on_down(h.receiver, &frame.payload)
+            }
+            Kind::Message if h.code == wire::SYSTEM_EXIT => {
+                self.on_exit(h.receiver, &frame.payload)
+            }
+            Kind::Message => self.on_message(h.code, h.receiver, &frame.payload, None),
+            Kind::Ask => self.on_message(h.code, h.receiver, &frame.payload, Some(h.sender)),
+            Kind::Reply => {
+                let Some(finish) = lock(&self.pending).remove(&h.sender) else {
+                    return; // the asker's node forgot it (the connection was renewed)
+                };
+                let depth = self.shared.config.max_depth;
+                let reason = || String::from_utf8_lossy(&frame.payload).into_owned();
+                let outcome = match h.code {
+                    reply::OK => Ok(&frame.payload[..]),
+                    reply::STOPPED => Err(AskError::Stopped),
+                    reply::FULL => Err(AskError::Full),
+                    reply::NO_REPLY => Err(AskError::NoReply),
+                    reply::TIMEOUT => Err(AskError::Refused(
+                        "the actor did not reply within the node's limit for remote asks".into(),
+                    )),
+                    reply::UNENCODABLE => Err(AskError::Unencodable(reason())),
+                    _ => Err(AskError::Refused(reason())),
+                };
+                finish(outcome, depth);
+            }
+            Kind::Control if h.code == wire::CONTROL => {
+                match decode_payload::<Control>(&frame.payload, self.shared.config.max_depth) {
+                    Ok(c) => self.on_control(c),
+                    Err(_) => {
+                        self.shared
+                            .stats
+                            .undecodable
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+            // A handshake or verdict after the handshake, or an unknown
+            // control code: nothing to do with it.
+            _ => {}
+        }
+    }
+
+    fn on_message(self: &Arc<Self>, code: u64, receiver: u64, payload: &[u8], ask: Option<u64>) {
+        let stats = &self.shared.stats;
+        let export = self.shared.export(receiver);
+        let refuse = |code: u64, reason: String| {
+            if let Some(request) = ask {
+                self.queue_reply(request, Err((code, reason)));
+            }
+        };
+        let Some(export) = export else {
+            stats.no_such_actor.fetch_add(1, Ordering::Relaxed);
+            refuse(reply::STOPPED, String::new());
+            return;
+        };
+        let Some((name, deliver)) = export.handlers.get(&code).copied() else {
+            stats.unknown_type.fetch_add(1, Ordering::Relaxed);
+            refuse(
+                reply::REFUSED,
+                format!(
+                    "the actor type {} does not accept the message type with id {code:#018x}",
+                    export.actor_type
+                ),
+            );
+            return;
+        };
+        let asked = ask.map(|request| {
+            let peer = self.clone();
+            Asked {
+                answer: Box::new(move |outcome| peer.queue_reply(request, outcome)),
+                limit: self.shared.config.remote_ask_limit,
+                user_cap: self.shared.limits.cap(Lane::Large) as usize,
+            }
+        });
+        match deliver(&*export.actor, payload, self.shared.config.max_depth, asked) {
+            Delivered::Ok => {}
+            Delivered::Undecodable(e) => {
+                stats.undecodable.fetch_add(1, Ordering::Relaxed);
+                refuse(reply::REFUSED, format!("{name} did not decode: {e}"));
+            }
+            Delivered::Stopped => {
+                stats.no_such_actor.fetch_add(1, Ordering::Relaxed);
+                refuse(reply::STOPPED, String::new());
+            }
+            Delivered::DeadLetter => refuse(reply::STOPPED, String::new()),
+            Delivered::Full => {
+                stats.mailbox_full.fetch_add(1, Ordering::Relaxed);
+                refuse(reply::FULL, String::new());
+            }
+        }
+    }
+
+    fn on_down(&self, watch: u64, payload: &[u8]) {
+        let Ok(down) = decode_payload::<DownFrame>(payload, self.shared.config.max_depth) else {
+            self.shared
+                .stats
+                .undecodable
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let entry = lock(&self.crossing).watches.remove(&watch);
+        if let (Some((target, w)), true) = (entry, true) {
+            if let Some(id) = ActorId::on(&self.node, target) {
+                w.notify(id, down.reason.into());
+            }
+        }
+    }
+
+    fn on_exit(&self, to: u64, payload: &[u8]) {
+        let Ok(exit) = decode_payload::<ExitFrame>(payload, self.shared.config.max_depth) else {
+            self.shared
+                .stats
+                .undecodable
+                .fetch_add(1, Ordering::Relaxed);
+            return;
+        };
+        let Some(from) = ActorId::on(&self.node, exit.from) else {
+            return;
+        };
+        let local = {
+            let mut c = lock(&self.crossing);
+            let a = c.links_out.remove(&(to, exit.from));
+            let b = c.links_in.remove(&(exit.from, to));
+            a.or(b)
+        };
+        if let Some(local) = local {
+            local.exit(from, exit.reason.into());
+        }
+    }
+
+    fn on_control(self: &Arc<Self>, control: Control) {
+        let node = &self.node;
+        match control {
+            Control::Heartbeat => {}
+            Control::Lookup {
+                request,
+                name,
+                actor_type,
+            } => {
+                let answer = match self.shared.export_named(&name) {
+                    None => Control::NotFound {
+                        request,
+                        reason: format!("no actor is exposed under the name {name:?}"),
+                    },
+                    Some((_, e)) if e.actor_type != actor_type => Control::NotFound {
+                        request,
+                        reason: format!(
+                            "the actor exposed as {name:?} is a {}, not a {actor_type}",
+                            e.actor_type
+                        ),
+                    },
+                    Some((serial, _)) => Control::Found { request, serial },
+                };
+                self.queue_control(&answer);
+            }
+            Control::Found { request, serial } => {
+                if let Some(tx) = lock(&self.lookups).remove(&request) {
+                    let _ = tx.send(Ok(serial));
+                }
+            }
+            Control::NotFound { request, reason } => {
+                if let Some(tx) = lock(&self.lookups).remove(&request) {
+                    let _ = tx.send(Err(reason));
+                }
+            }
+            Control::Link { from, to } => {
+                let Some(remote_id) = ActorId::on(node, from) else {
+                    return;
+                };
+                match self.shared.export(to) {
+                    Some(e) if !e.control.is_stopped() => {
+                        let far =
+                            proxy::<RemoteProcess>(&self.shared.system, remote_id, self.route());
+                        lock(&self.crossing)
+                            .links_in
+                            .insert((from, to), e.control.clone());
+                        e.control.link(ControlRef::of(&far));
+                    }
+                    // Linking to an actor that is gone fails the linker
+                    // with `noproc`, as locally.
+                    _ => self.queue_system(
+                        wire::SYSTEM_EXIT,
+                        from,
+                        &ExitFrame {
+                            from: to,
+                            reason: WireReason::NoProc,
+                        },
+                    ),
+                }
+            }
+            Control::Unlink { from, to } => {
+                lock(&self.crossing).links_in.remove(&(from, to));
+                if let (Some(e), Some(id)) = (self.shared.export(to), ActorId::on(node, from)) {
+                    e.control.unlink(id);
+                }
+            }
+            Control::Monitor { watch, target } => {
+                let Some(watcher) = ActorId::on(node, watch) else {
+                    return;
+                };
+                match self.shared.export(target) {
+                    Some(e) => {
+                        let far =
+                            proxy::<RemoteProcess>(&self.shared.system, watcher, self.route());
+                        lock(&self.crossing)
+                            .monitors_in
+                            .insert((watch, target), e.control.clone());
+                        e.control
+                            .monitor(watcher, far.recipient::<Down, Immediate>());
+                    }
+                    None => self.queue_system(
+                        wire::SYSTEM_DOWN,
+                        watch,
+                        &DownFrame {
+                            target,
+                            reason: WireReason::NoProc,
+                        },
+                    ),
+                }
+            }
+            Control::Demonitor { watch, target } => {
+                lock(&self.crossing).monitors_in.remove(&(watch, target));
+                if let (Some(e), Some(id)) = (self.shared.export(target), ActorId::on(node, watch))
+                {
+                    e.control.unmonitor(id);
+                }
+            }
+            Control::RequestStop { to } => {
+                if let Some(e) = self.shared.export(to) {
+                    e.control.request_stop();
+                }
+            }
+            Control::Stop { to, reason } => {
+                if let Some(e) = self.shared.export(to) {
+                    e.control.stop(reason.into());
+                }
+            }
+            Control::Kill { to } => {
+                if let Some(e) = self.shared.export(to) {
+                    e.control.kill();
+                }
+            }
+            Control::StopGracefully { to } => {
+                if let Some(e) = self.shared.export(to) {
+                    (e.stop_gracefully)();
+                }
+            }
+        }
+    }
+
+    // ---- lookups ---------------------------------------------------------
+
+    /// Asks the peer which actor it exposes under `name`.
+    pub(crate) async fn lookup(
+        &self,
+        name: &str,
+        actor_type: &str,
+        timeout: Duration,
+    ) -> Result<u64, String> {
+        let (tx, rx) = oneshot::channel();
+        let request = {
+            let mut out = lock(&self.out);
+            let r = out.next_request;
+            out.next_request += 1;
+            r
+        };
+        lock(&self.lookups).insert(request, tx);
+        if self.is_lost() {
+            lock(&self.lookups).remove(&request);
+            return Err("the connection was lost".into());
+        }
+        self.queue_control(&Control::Lookup {
+            request,
+            name: name.to_string(),
+            actor_type: actor_type.to_string(),
+        });
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the connection was lost".into()),
+            Err(_) => {
+                lock(&self.lookups).remove(&request);
+                Err(format!("no answer within {timeout:?}"))
+            }
+        }
+    }
+
+    pub(crate) fn route(self: &Arc<Self>) -> Arc<dyn Route> {
+        Arc::new(PeerRoute(self.clone()))
+    }
+}
+
+fn tracing_note(node: &NodeId, reason: &str) {
+    // Kept as a hook for the observability issue; the counters in
+    // `RemoteStats` are what is visible today.
+    let _ = (node, reason);
+}
+
+/// The route of every proxy for an actor of one peer.
+struct PeerRoute(Arc<Peer>);
+
+impl Route for PeerRoute {
+    fn send(&self, message: &mut Outgoing<'_>) -> Result<(), Refusal> {
+        let peer = &self.0;
+        if peer.is_lost() {
+            return Err(Refusal::Stopped);
+        }
+        let to = message.to().serial();
+        if let Some(down) = message.message::<Down>() {
+            // A local actor monitored by the peer ended: the proxy is the
+            // remote watcher, its serial the watch's number.
+            peer.queue_system(
+                wire::SYSTEM_DOWN,
+                to,
+                &DownFrame {
+                    target: down.id.serial(),
+                    reason: (&down.reason).into(),
+                },
+            );
+            return Ok(());
+        }
+        let shared = &peer.shared;
+        let encoder = *shared
+            .encoders
+            .get(message.message_type_id())
+            .ok_or(Refusal::Unregistered)?;
+        let limits = shared.limits;
+        let mut out = lock(&peer.out);
+        if out.user.len() >= shared.config.outbound_queue_bytes && !message.is_system_message() {
+            return Err(Refusal::Full);
+        }
+        let request = message.is_ask().then(|| {
+            let r = out.next_request;
+            out.next_request += 1;
+            r
+        });
+        let was_empty = out.user.is_empty() && out.control.is_empty();
+        let pending = (encoder.encode)(message, &mut out.user, to, request, &limits)?;
+        if let (Some(request), Some(pending)) = (request, pending) {
+            // Registered before the lock is released, so before the writer
+            // can send the request, so before any reply can come.
+            lock(&peer.pending).insert(request, pending);
+        }
+        drop(out);
+        // A writer with bytes already queued has been woken for them.
+        if was_empty {
+            peer.wake_writer.notify_one();
+        }
+        Ok(())
+    }
+
+    fn signal(&self, to: ActorId, signal: OutgoingSignal) {
+        let peer = &self.0;
+        let to_serial = to.serial();
+        if peer.is_lost() {
+            match signal {
+                OutgoingSignal::Link(local) => local.exit(to, ExitReason::NoConnection),
+                OutgoingSignal::Monitor(w) => w.notify(to, ExitReason::NoConnection),
+                _ => {}
+            }
+            return;
+        }
+        let control = match signal {
+            OutgoingSignal::RequestStop => Control::RequestStop { to: to_serial },
+            OutgoingSignal::Stop(reason) => Control::Stop {
+                to: to_serial,
+                reason: (&reason).into(),
+            },
+            OutgoingSignal::Kill => Control::Kill { to: to_serial },
+            OutgoingSignal::StopGracefully => Control::StopGracefully { to: to_serial },
+            OutgoingSignal::Exit { from, reason } => {
+                {
+                    let mut c = lock(&peer.crossing);
+                    c.links_out.remove(&(from.serial(), to_serial));
+                    c.links_in.remove(&(to_serial, from.serial()));
+                }
+                peer.queue_system(
+                    wire::SYSTEM_EXIT,
+                    to_serial,
+                    &ExitFrame {
+                        from: from.serial(),
+                        reason: (&reason).into(),
+                    },
+                );
+                return;
+            }
+            OutgoingSignal::Link(local) => {
+                let from = local.id().serial();
+                lock(&peer.crossing)
+                    .links_out
+                    .insert((from, to_serial), local);
+                Control::Link {
+                    from,
+                    to: to_serial,
+                }
+            }
+            OutgoingSignal::Unlink(from) => {
+                lock(&peer.crossing)
+                    .links_out
+                    .remove(&(from.serial(), to_serial));
+                Control::Unlink {
+                    from: from.serial(),
+                    to: to_serial,
+                }
+            }
+            OutgoingSignal::Monitor(watch) => {
+                let mut c = lock(&peer.crossing);
+                let number = c.next_watch;
+                c.next_watch += 1;
+                c.watches.insert(number, (to_serial, watch));
+                Control::Monitor {
+                    watch: number,
+                    target: to_serial,
+                }
+            }
+            OutgoingSignal::Unwatch(watcher) => {
+                let numbers: Vec<u64> = {
+                    let mut c = lock(&peer.crossing);
+                    let numbers: Vec<u64> = c
+                        .watches
+                        .iter()
+                        .filter(|(_, (t, w))| *t == to_serial && w.watcher() == Some(watcher))
+                        .map(|(n, _)| *n)
+                        .collect();
+                    for n in &numbers {
+                        c.watches.remove(n);
+                    }
+                    numbers
+                };
+                for watch in numbers {
+                    peer.queue_control(&Control::Demonitor {
+                        watch,
+                        target: to_serial,
+                    });
+                }
+                return;
+            }
+            _ => return,
+        };
+        peer.queue_control(&control);
+    }
+
+    fn is_alive(&self, _: ActorId) -> bool {
+        !self.0.is_lost()
+    }
+
+    fn room(&self, _: ActorId) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            let peer = &self.0;
+            let notified = peer.room.notified();
+            let full = lock(&peer.out).user.len() >= peer.shared.config.outbound_queue_bytes;
+            if full && !peer.is_lost() {
+                notified.await;
+            }
+        })
+    }
+}

@@ -1,0 +1,575 @@
+//! Remote actors end to end: two actor systems in this process, each
+//! networked with mutual TLS on 127.0.0.1 (certificates made here by
+//! rcgen), one looking up the other's actors and using them through
+//! ordinary `ActorRef`s. Each test asserts a promise of DISTRIBUTION.md.
+//!
+//! Waits are hang guards only ([`GUARD`]), never speed assertions.
+
+// Test helpers pass closures around; naming each type adds nothing.
+#![allow(clippy::type_complexity)]
+
+mod common;
+
+use common::Ca;
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::sync::mpsc;
+use std::time::Duration;
+use troubadour::prelude::*;
+use troubadour_remote::{
+    Accepts, LookupError, Remote, RemoteActor, RemoteMessage, RemoteStats, Security,
+};
+
+const GUARD: Duration = Duration::from_secs(30);
+const CLUSTER: &str = "test-cluster";
+
+// ---- the messages and actors -------------------------------------------
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = ();
+}
+impl RemoteMessage for Add {
+    const NAME: &'static str = "test.Add";
+}
+
+/// Carries its sender's sequence number, to check order.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Seq(u32, u64);
+impl Message for Seq {
+    type Reply = ();
+}
+impl RemoteMessage for Seq {
+    const NAME: &'static str = "test.Seq";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Get;
+impl Message for Get {
+    type Reply = Vec<u64>;
+}
+impl RemoteMessage for Get {
+    const NAME: &'static str = "test.Get";
+}
+
+/// An ask whose handler never answers until told to stop: for asks
+/// outstanding when the node goes away.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Hold;
+impl Message for Hold {
+    type Reply = u8;
+}
+impl RemoteMessage for Hold {
+    const NAME: &'static str = "test.Hold";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Fail(String);
+impl Message for Fail {
+    type Reply = ();
+}
+impl RemoteMessage for Fail {
+    const NAME: &'static str = "test.Fail";
+}
+
+/// A registered type that no actor accepts.
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Stray;
+impl Message for Stray {
+    type Reply = ();
+}
+impl RemoteMessage for Stray {
+    const NAME: &'static str = "test.Stray";
+}
+
+/// A type never registered with the remote layer.
+#[derive(Debug, PartialEq)]
+struct Local(u8);
+impl Message for Local {
+    type Reply = ();
+}
+
+/// A type whose serialization fails on the sender.
+#[derive(Debug, PartialEq, Deserialize)]
+struct Poison;
+impl Serialize for Poison {
+    fn serialize<S: serde::Serializer>(&self, _: S) -> Result<S::Ok, S::Error> {
+        Err(serde::ser::Error::custom("poison refuses to be serialized"))
+    }
+}
+impl Message for Poison {
+    type Reply = ();
+}
+impl RemoteMessage for Poison {
+    const NAME: &'static str = "test.Poison";
+}
+
+/// Records what it got; per-sender sequence numbers must grow by one.
+#[derive(Default)]
+struct Store {
+    got: Vec<u64>,
+    next: std::collections::HashMap<u32, u64>,
+    held: Vec<troubadour::DeferredReply<u8>>,
+}
+impl Actor for Store {}
+impl Handler<Add> for Store {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) {
+        self.got.push(n);
+    }
+}
+impl Handler<Seq> for Store {
+    fn handle(&mut self, Seq(sender, n): Seq, _: &mut Context<Self>) {
+        let next = self.next.entry(sender).or_insert(0);
+        assert_eq!(
+            n, *next,
+            "sender {sender}: message {n} arrived out of order"
+        );
+        *next += 1;
+        self.got.push(n);
+    }
+}
+impl Handler<Get> for Store {
+    fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Vec<u64> {
+        self.got.clone()
+    }
+}
+impl Handler<Hold> for Store {
+    fn handle(&mut self, _: Hold, ctx: &mut Context<Self>) -> u8 {
+        self.held.extend(ctx.defer_reply::<Hold>());
+        0
+    }
+}
+impl Handler<Fail> for Store {
+    fn handle(&mut self, Fail(why): Fail, ctx: &mut Context<Self>) {
+        ctx.fail(why);
+    }
+}
+impl Handler<Local> for Store {
+    fn handle(&mut self, _: Local, _: &mut Context<Self>) {}
+}
+impl Handler<Poison> for Store {
+    fn handle(&mut self, _: Poison, _: &mut Context<Self>) {}
+}
+impl Handler<Stray> for Store {
+    fn handle(&mut self, _: Stray, _: &mut Context<Self>) {}
+}
+impl RemoteActor for Store {
+    const NAME: &'static str = "test.Store";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts
+            .handle::<Add>()
+            .handle::<Seq>()
+            .handle::<Get>()
+            .handle::<Hold>()
+            .handle::<Fail>()
+            .handle::<Poison>();
+    }
+}
+
+/// Another remote actor type, to look up under the wrong type.
+struct Other;
+impl Actor for Other {}
+impl RemoteActor for Other {
+    const NAME: &'static str = "test.Other";
+    fn accepts(_: &mut Accepts<Self>) {}
+}
+
+/// A local actor that monitors or links to remote ones and logs what it
+/// hears.
+struct Watcher(mpsc::Sender<String>);
+impl Actor for Watcher {}
+impl Handler<Down> for Watcher {
+    fn handle(&mut self, d: Down, _: &mut Context<Self>) {
+        let _ = self.0.send(format!("down: {}", d.reason));
+    }
+}
+struct Do(Box<dyn FnOnce(&mut Context<Watcher>) + Send>);
+impl Message for Do {
+    type Reply = ();
+}
+impl Handler<Do> for Watcher {
+    fn handle(&mut self, Do(f): Do, ctx: &mut Context<Self>) {
+        f(ctx)
+    }
+}
+
+// ---- two nodes ------------------------------------------------------------
+
+struct Node {
+    system: ActorSystem,
+    remote: Remote,
+}
+
+impl Node {
+    fn addr(&self) -> SocketAddr {
+        self.remote.local_addr().unwrap()
+    }
+}
+
+fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
+    Remote::builder(CLUSTER, security)
+        .register::<Add>()
+        .register::<Seq>()
+        .register::<Get>()
+        .register::<Hold>()
+        .register::<Fail>()
+        .register::<Stray>()
+        .register::<Poison>()
+        .listen("127.0.0.1:0".parse().unwrap())
+}
+
+fn node(
+    name: &str,
+    ca: &Ca,
+    configure: impl FnOnce(troubadour_remote::RemoteBuilder) -> troubadour_remote::RemoteBuilder,
+) -> Node {
+    let system = ActorSystem::builder().name(name).build();
+    let security = Security::Tls(ca.tls(name, ca));
+    let remote = system
+        .block_on(configure(builder(security)).start(&system))
+        .unwrap();
+    Node { system, remote }
+}
+
+fn pair() -> (Node, Node) {
+    let ca = Ca::new("test CA");
+    (node("alpha", &ca, |b| b), node("beta", &ca, |b| b))
+}
+
+/// Beta exposes a `Store` as "store"; alpha looks it up.
+fn store_on_beta(alpha: &Node, beta: &Node) -> (ActorRef<Store>, ActorRef<Store>) {
+    let local = beta.system.spawn(Store::default()).unwrap();
+    beta.remote.expose("store", &local).unwrap();
+    let remote = alpha
+        .system
+        .block_on(alpha.remote.lookup::<Store>(beta.addr(), "store"))
+        .unwrap();
+    (local, remote)
+}
+
+fn wait<R>(system: &ActorSystem, f: impl std::future::Future<Output = R>) -> R {
+    system.block_on(async { tokio::time::timeout(GUARD, f).await.expect("hang guard") })
+}
+
+// ---- the tests ---------------------------------------------------------------
+
+#[test]
+fn tell_and_ask_reach_a_remote_actor_through_an_ordinary_actor_ref() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    assert_eq!(store.id().node().name(), "beta");
+    assert!(store.is_alive());
+    assert_eq!(
+        alpha.remote.is_tls(beta.addr()),
+        Some(true),
+        "TLS is the default"
+    );
+    store.tell(Add(1)).unwrap();
+    store.tell(Add(2)).unwrap();
+    let got = store.ask(Get).timeout(GUARD).wait().unwrap();
+    assert_eq!(got, [1, 2]);
+    // A `Recipient` of a remote actor works the same.
+    let r: Recipient<Add> = store.recipient();
+    r.tell(Add(3)).unwrap();
+    assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap(), [1, 2, 3]);
+}
+
+#[test]
+fn messages_from_each_sender_arrive_in_the_order_sent() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    const SENDERS: u32 = 4;
+    const EACH: u64 = 5_000;
+    let threads: Vec<_> = (0..SENDERS)
+        .map(|s| {
+            let store = store.clone();
+            std::thread::spawn(move || {
+                for n in 0..EACH {
+                    let mut msg = Seq(s, n);
+                    // A full outbound queue hands the message back: retry.
+                    loop {
+                        match store.tell(msg) {
+                            Ok(()) => break,
+                            Err(SendError::Full(m)) => {
+                                msg = m;
+                                std::thread::yield_now();
+                            }
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    // The Store asserts per-sender order on every message; a panic there
+    // would fail it and this ask.
+    let got = store.ask(Get).timeout(GUARD).wait().unwrap();
+    assert_eq!(got.len() as u64, SENDERS as u64 * EACH);
+}
+
+#[test]
+fn an_unregistered_or_unserializable_message_comes_back_in_a_typed_error() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    let err = store.tell(Local(7)).unwrap_err();
+    assert!(err.to_string().contains("not registered"), "{err}");
+    assert_eq!(err, SendError::Unregistered(Local(7)));
+    assert_eq!(
+        store.ask(Local(8)).wait().unwrap_err(),
+        AskError::Unregistered
+    );
+
+    match store.tell(Poison) {
+        Err(SendError::Unencodable(Poison, reason)) => {
+            // postcard keeps only that serialization failed, not the text.
+            assert!(reason.contains("serialized"), "{reason}")
+        }
+        other => panic!("expected Unencodable, got {other:?}"),
+    }
+    // Nothing of the refused message went out: the connection still works.
+    store.tell(Add(5)).unwrap();
+    assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap(), [5]);
+}
+
+#[test]
+fn a_type_the_receiver_does_not_accept_is_counted_and_refused_and_the_connection_stays_up() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    // `Stray` is registered on both nodes but `Store` does not accept it.
+    store.tell(Stray).unwrap();
+    match store.ask(Stray).timeout(GUARD).wait() {
+        Err(AskError::Refused(reason)) => assert!(reason.contains("does not accept"), "{reason}"),
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert_eq!(RemoteStats::get(&beta.remote.stats().unknown_type), 2);
+    store.tell(Add(9)).unwrap();
+    assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap(), [9]);
+    assert_eq!(RemoteStats::get(&beta.remote.stats().framing_errors), 0);
+}
+
+#[test]
+fn lookups_of_a_missing_name_or_the_wrong_type_fail_with_the_reason() {
+    let (alpha, beta) = pair();
+    let _ = store_on_beta(&alpha, &beta);
+    match alpha
+        .system
+        .block_on(alpha.remote.lookup::<Store>(beta.addr(), "nobody"))
+    {
+        Err(LookupError::NotFound(reason)) => assert!(reason.contains("nobody"), "{reason}"),
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+    match alpha
+        .system
+        .block_on(alpha.remote.lookup::<Other>(beta.addr(), "store"))
+    {
+        Err(LookupError::NotFound(reason)) => {
+            assert!(
+                reason.contains("test.Store") && reason.contains("test.Other"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected NotFound, got {other:?}"),
+    }
+}
+
+#[test]
+fn sends_to_a_stopped_remote_actor_are_dead_letters_counted_on_the_receiving_node() {
+    let (alpha, beta) = pair();
+    let (local, store) = store_on_beta(&alpha, &beta);
+    local.stop();
+    wait(&beta.system, local.wait_stopped());
+    store.tell(Add(1)).unwrap(); // at most once: the sender cannot know yet
+    assert_eq!(store.ask(Get).timeout(GUARD).wait(), Err(AskError::Stopped));
+    let stats = beta.remote.stats();
+    assert_eq!(
+        RemoteStats::get(&stats.no_such_actor) + beta.system.dead_letter_count(),
+        2,
+        "both the tell and the ask are counted on the receiving side"
+    );
+}
+
+#[test]
+fn a_monitor_of_a_remote_actor_gets_its_exit_reason() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    let (tx, rx) = mpsc::channel();
+    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
+    let s = store.clone();
+    watcher
+        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    // The monitor request travels on the control lane, which overtakes;
+    // an ask round trip makes sure it has arrived before the failure.
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    store.tell(Fail("boom".into())).unwrap();
+    assert_eq!(rx.recv_timeout(GUARD).unwrap(), "down: failed: boom");
+    // `wait_stopped` of a remote actor (already stopped: its reason).
+    assert_eq!(
+        wait(&alpha.system, store.wait_stopped()),
+        ExitReason::Failed("boom".into())
+    );
+}
+
+#[test]
+fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    let (tx, rx) = mpsc::channel();
+    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
+    let s = store.clone();
+    watcher
+        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    let (tx2, _rx2) = mpsc::channel();
+    let linked = alpha.system.spawn(Watcher(tx2)).unwrap();
+    let s = store.clone();
+    linked
+        .ask(Do(Box::new(move |ctx| ctx.link(&s))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    // An ask whose reply never comes, outstanding when the node goes.
+    let held = store.ask(Hold).timeout(GUARD);
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    beta.remote.shutdown();
+    assert_eq!(wait(&alpha.system, held), Err(AskError::ConnectionLost));
+    assert_eq!(
+        rx.recv_timeout(GUARD).unwrap(),
+        "down: noconnection (the connection to the actor's node was lost)"
+    );
+    assert_eq!(
+        wait(&alpha.system, linked.wait_stopped()),
+        ExitReason::NoConnection
+    );
+    assert!(!store.is_alive());
+    assert_eq!(store.tell(Add(1)), Err(SendError::Stopped(Add(1))));
+}
+
+#[test]
+fn a_link_to_a_remote_actor_fails_the_local_one_with_the_remote_reason() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    let (tx, _rx) = mpsc::channel();
+    let linked = alpha.system.spawn(Watcher(tx)).unwrap();
+    let s = store.clone();
+    linked
+        .ask(Do(Box::new(move |ctx| ctx.link(&s))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    store.tell(Fail("remote failure".into())).unwrap();
+    assert_eq!(
+        wait(&alpha.system, linked.wait_stopped()),
+        ExitReason::Failed("remote failure".into())
+    );
+}
+
+#[test]
+fn a_local_actor_ending_reaches_the_remote_actor_linked_to_it() {
+    let (alpha, beta) = pair();
+    let (local_store, store) = store_on_beta(&alpha, &beta);
+    let (tx, _rx) = mpsc::channel();
+    let linked = alpha.system.spawn(Watcher(tx)).unwrap();
+    let s = store.clone();
+    linked
+        .ask(Do(Box::new(move |ctx| {
+            ctx.link(&s);
+            ctx.fail("local failure");
+        })))
+        .timeout(GUARD)
+        .wait()
+        .ok();
+    assert_eq!(
+        wait(&beta.system, local_store.wait_stopped()),
+        ExitReason::Failed("local failure".into())
+    );
+}
+
+#[test]
+fn a_full_outbound_queue_refuses_tell_with_the_message() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b.outbound_queue_bytes(0));
+    let beta = node("beta", &ca, |b| b);
+    let (_, store) = store_on_beta(&alpha, &beta);
+    assert_eq!(store.tell(Add(1)), Err(SendError::Full(Add(1))));
+    assert_eq!(store.ask(Get).wait(), Err(AskError::Full));
+}
+
+#[test]
+fn plaintext_is_an_explicit_opt_in_on_loopback() {
+    let mk = |name: &str| {
+        let system = ActorSystem::builder().name(name).build();
+        let remote = system
+            .block_on(builder(Security::PlaintextLoopbackOnly).start(&system))
+            .unwrap();
+        Node { system, remote }
+    };
+    let (alpha, beta) = (mk("alpha"), mk("beta"));
+    let (_, store) = store_on_beta(&alpha, &beta);
+    store.tell(Add(4)).unwrap();
+    assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap(), [4]);
+    assert_eq!(alpha.remote.is_tls(beta.addr()), Some(false));
+    let system = ActorSystem::new();
+    let refused = system.block_on(
+        Remote::builder(CLUSTER, Security::PlaintextLoopbackOnly)
+            .listen("0.0.0.0:0".parse().unwrap())
+            .start(&system),
+    );
+    assert!(
+        refused.is_err(),
+        "plaintext on a non-loopback address is refused"
+    );
+}
+
+#[test]
+fn a_node_of_another_cluster_is_refused_before_any_message() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let system = ActorSystem::builder().name("gamma").build();
+    let gamma = system
+        .block_on(
+            Remote::builder("other-cluster", Security::Tls(ca.tls("gamma", &ca)))
+                .register::<Add>()
+                .listen("127.0.0.1:0".parse().unwrap())
+                .start(&system),
+        )
+        .unwrap();
+    let store = system.spawn(Store::default()).unwrap();
+    gamma.expose("store", &store).unwrap();
+    match alpha.system.block_on(
+        alpha
+            .remote
+            .lookup::<Store>(gamma.local_addr().unwrap(), "store"),
+    ) {
+        Err(LookupError::Connect(e)) => assert!(e.to_string().contains("cluster"), "{e}"),
+        other => panic!("expected a refused connection, got {other:?}"),
+    }
+    assert_eq!(
+        wait(&system, store.ask(Get)).unwrap(),
+        Vec::<u64>::new(),
+        "nothing was delivered"
+    );
+}
+
+#[test]
+fn send_await_waits_for_room_in_the_outbound_queue() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    let s = store.clone();
+    wait(&alpha.system, async move {
+        for n in 0..2_000 {
+            s.send(Add(n)).await.unwrap();
+        }
+    });
+    assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap().len(), 2_000);
+}
