@@ -19,6 +19,7 @@ use std::time::Duration;
 
 mod impls;
 mod measure;
+mod remote;
 mod workload;
 
 use workload::{Failure, Figures, Sizes, Workload};
@@ -28,7 +29,8 @@ static ALLOCATOR: measure::SystemAllocator = measure::SystemAllocator;
 
 const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] [--json] [--threads N] [--timeout-s S]
        troubadour-bench list
-workloads: counting pingpong skynet fanin rings idle direct pi";
+workloads: counting pingpong skynet fanin rings idle direct pi
+           remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] (two processes)";
 
 struct Args {
     workload: Workload,
@@ -178,6 +180,13 @@ fn panic_text(payload: Box<dyn std::any::Any + Send>) -> String {
 }
 
 fn main() -> ExitCode {
+    let all: Vec<String> = std::env::args().skip(1).collect();
+    if matches!(
+        all.first().map(String::as_str),
+        Some("remote-pingpong" | "remote-pi" | "__remote-peer")
+    ) {
+        return remote::main(all);
+    }
     let mut argv = std::env::args().skip(1);
     if argv.next().as_deref() == Some("list") {
         for name in impls::names() {
