@@ -114,12 +114,16 @@ pub(crate) struct Asked {
     pub answer: Box<dyn FnOnce(Answer) + Send>,
     pub limit: Duration,
     pub user_cap: usize,
+    pub codec: Arc<dyn troubadour::remote::RefCodec>,
 }
 
 /// The remote messages an actor type accepts; filled by
 /// [`RemoteActor::accepts`].
 pub struct Accepts<A: Actor> {
     pub(crate) handlers: HashMap<u64, (&'static str, DeliverFn)>,
+    /// For each accepted `M`: `TypeId::of::<Recipient<M>>()` and how to
+    /// make that recipient from the `ActorRef<A>`.
+    pub(crate) recipients: Vec<(TypeId, MakeFn)>,
     pub(crate) clash: Option<(&'static str, &'static str)>,
     _actor: std::marker::PhantomData<fn() -> A>,
 }
@@ -131,6 +135,7 @@ impl<A: Actor> Accepts<A> {
     {
         let mut accepts = Accepts {
             handlers: HashMap::new(),
+            recipients: Vec::new(),
             clash: None,
             _actor: std::marker::PhantomData,
         };
@@ -143,7 +148,7 @@ impl<A: Actor> Accepts<A> {
     where
         A: Handles<M, Immediate>,
     {
-        self.add::<M>(deliver::<A, M, Immediate>)
+        self.add::<M>(deliver::<A, M, Immediate>, recipient_of::<A, M, Immediate>)
     }
 
     /// Accepts `M`, handled by an [`AsyncHandler`](troubadour::AsyncHandler).
@@ -151,11 +156,13 @@ impl<A: Actor> Accepts<A> {
     where
         A: Handles<M, Awaiting>,
     {
-        self.add::<M>(deliver::<A, M, Awaiting>)
+        self.add::<M>(deliver::<A, M, Awaiting>, recipient_of::<A, M, Awaiting>)
     }
 
-    fn add<M: RemoteMessage>(&mut self, f: DeliverFn) -> &mut Self {
+    fn add<M: RemoteMessage>(&mut self, f: DeliverFn, make: MakeFn) -> &mut Self {
         let id = type_id(M::NAME);
+        self.recipients
+            .push((TypeId::of::<troubadour::Recipient<M>>(), make));
         if let Some((existing, _)) = self.handlers.insert(id, (M::NAME, f)) {
             if existing != M::NAME {
                 self.clash = Some((existing, M::NAME));
@@ -163,6 +170,35 @@ impl<A: Actor> Accepts<A> {
         }
         self
     }
+}
+
+/// Decodes a message; a reference in it that did not resolve says why.
+fn decode_message<M: RemoteMessage>(payload: &[u8], max_depth: usize) -> Result<M, DecodeError> {
+    take_ref_error();
+    decode_payload::<M>(payload, max_depth).map_err(|e| match take_ref_error() {
+        Some(reason) => DecodeError::Invalid { reason },
+        None => e,
+    })
+}
+
+/// Makes a reference (`ActorRef<A>` or `Recipient<M>`, boxed) from the
+/// exported `ActorRef<A>`.
+pub(crate) type MakeFn = fn(&(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send + Sync>>;
+
+fn recipient_of<A, M, K>(actor: &(dyn Any + Send + Sync)) -> Option<Box<dyn Any + Send + Sync>>
+where
+    A: Handles<M, K>,
+    M: RemoteMessage,
+    K: 'static,
+{
+    let actor = actor.downcast_ref::<ActorRef<A>>()?;
+    Some(Box::new(actor.recipient::<M, K>()))
+}
+
+fn clone_of<T: Clone + Send + Sync + 'static>(
+    any: &(dyn Any + Send + Sync),
+) -> Option<Box<dyn Any + Send + Sync>> {
+    Some(Box::new(any.downcast_ref::<T>()?.clone()))
 }
 
 fn deliver<A, M, K>(
@@ -180,7 +216,7 @@ where
         // The export table pairs each handler with its own actor type.
         return Delivered::Stopped;
     };
-    let msg = match decode_payload::<M>(payload, max_depth) {
+    let msg = match decode_message::<M>(payload, max_depth) {
         Ok(m) => m,
         Err(e) => return Delivered::Undecodable(e),
     };
@@ -190,35 +226,92 @@ where
             Err(SendError::Full(_)) => Delivered::Full,
             Err(_) => Delivered::DeadLetter,
         },
-        Some(Asked {
-            answer,
-            limit,
-            user_cap,
-        }) => {
+        Some(asked) => {
             if !actor.is_alive() {
                 return Delivered::Stopped;
             }
-            let pending = actor.ask(msg).timeout(limit);
-            tokio::spawn(async move {
-                use crate::wire::reply;
-                let outcome = match pending.await {
-                    Ok(r) => {
-                        let mut out = BytesMut::new();
-                        match serialize_into(&mut out, &r, user_cap) {
-                            Ok(()) => Ok(out.to_vec()),
-                            Err(e) => Err((reply::UNENCODABLE, e.to_string())),
-                        }
-                    }
-                    Err(AskError::Stopped) => Err((reply::STOPPED, String::new())),
-                    Err(AskError::Full) => Err((reply::FULL, String::new())),
-                    Err(AskError::Timeout(_)) => Err((reply::TIMEOUT, String::new())),
-                    Err(e) => Err((reply::NO_REPLY, e.to_string())),
-                };
-                answer(outcome);
-            });
+            answer_later(actor.ask(msg), asked);
             Delivered::Ok
         }
     }
+}
+
+/// Delivers to an exported `Recipient<M>` (a reference that travelled as a
+/// recipient).
+fn deliver_recipient<M: RemoteMessage>(
+    target: &(dyn Any + Send + Sync),
+    payload: &[u8],
+    max_depth: usize,
+    ask: Option<Asked>,
+) -> Delivered {
+    let Some(recipient) = target.downcast_ref::<troubadour::Recipient<M>>() else {
+        return Delivered::Stopped;
+    };
+    let msg = match decode_message::<M>(payload, max_depth) {
+        Ok(m) => m,
+        Err(e) => return Delivered::Undecodable(e),
+    };
+    match ask {
+        None => match recipient.tell(msg) {
+            Ok(()) => Delivered::Ok,
+            Err(SendError::Full(_)) => Delivered::Full,
+            Err(_) => Delivered::DeadLetter,
+        },
+        Some(asked) => {
+            if !recipient.is_alive() {
+                return Delivered::Stopped;
+            }
+            answer_later(recipient.ask(msg), asked);
+            Delivered::Ok
+        }
+    }
+}
+
+/// Awaits a local ask's reply and answers the remote asker.
+fn answer_later<R: serde::Serialize + Send + 'static>(pending: troubadour::Ask<R>, asked: Asked) {
+    let Asked {
+        answer,
+        limit,
+        user_cap,
+        codec,
+    } = asked;
+    let pending = pending.timeout(limit);
+    tokio::spawn(async move {
+        use crate::wire::reply;
+        let outcome = match pending.await {
+            Ok(r) => {
+                let mut out = BytesMut::new();
+                // The reply may hold references: encode them for its peer.
+                match troubadour::remote::with_ref_codec(&codec, || {
+                    serialize_into(&mut out, &r, user_cap)
+                }) {
+                    Ok(()) => Ok(out.to_vec()),
+                    Err(e) => Err((reply::UNENCODABLE, e.to_string())),
+                }
+            }
+            Err(AskError::Stopped) => Err((reply::STOPPED, String::new())),
+            Err(AskError::Full) => Err((reply::FULL, String::new())),
+            Err(AskError::Timeout(_)) => Err((reply::TIMEOUT, String::new())),
+            Err(e) => Err((reply::NO_REPLY, e.to_string())),
+        };
+        answer(outcome);
+    });
+}
+
+thread_local! {
+    /// Why the last reference in a message failed to encode or decode:
+    /// postcard keeps only that a custom error happened, not its text.
+    static REF_ERROR: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Remembers why a reference failed, for the error of its message.
+pub(crate) fn note_ref_error(reason: &str) {
+    REF_ERROR.with(|r| *r.borrow_mut() = Some(reason.to_string()));
+}
+
+/// The reason noted by [`note_ref_error`] since the last call, if any.
+pub(crate) fn take_ref_error() -> Option<String> {
+    REF_ERROR.with(|r| r.borrow_mut().take())
 }
 
 /// The sending half of a registered message type: encode an [`Outgoing`]
@@ -226,7 +319,46 @@ where
 /// will decode its reply.
 #[derive(Clone, Copy)]
 pub(crate) struct Encoder {
+    pub wire_id: u64,
     pub encode: EncodeFn,
+    /// Exports a `Recipient<M>` (boxed as `Any`), adding to the export
+    /// of its actor if there is one.
+    pub export_recipient: ExportRecipientFn,
+}
+
+pub(crate) type ExportRecipientFn =
+    fn(existing: Option<&Export>, recipient: &(dyn Any + Send + Sync)) -> Option<Export>;
+
+fn export_recipient<M: RemoteMessage>(
+    existing: Option<&Export>,
+    any: &(dyn Any + Send + Sync),
+) -> Option<Export> {
+    let recipient = any.downcast_ref::<troubadour::Recipient<M>>()?;
+    let mut export = match existing {
+        Some(e) => e.clone(),
+        None => Export {
+            actor_type: None,
+            control: troubadour::remote::ControlRef::of_recipient(recipient),
+            handlers: HashMap::new(),
+            references: HashMap::new(),
+            stop_gracefully: None,
+        },
+    };
+    export.add_recipient(
+        recipient,
+        (type_id(M::NAME), M::NAME, deliver_recipient::<M>),
+    );
+    Some(export)
+}
+
+/// Exports an `ActorRef<A>` (boxed as `Any`) of a registered actor type.
+pub(crate) type ExportActorFn =
+    fn(actor: &(dyn Any + Send + Sync)) -> Option<Result<Export, crate::node::RemoteError>>;
+
+pub(crate) fn export_actor<A: RemoteActor>(
+    any: &(dyn Any + Send + Sync),
+) -> Option<Result<Export, crate::node::RemoteError>> {
+    Some(Export::of_actor(any.downcast_ref::<ActorRef<A>>()?))
 }
 
 /// Finishes a pending ask: the reply's payload, or the reply code and the
@@ -260,8 +392,9 @@ fn encode<M: RemoteMessage>(
         sender: request.unwrap_or(0),
         receiver,
     };
+    take_ref_error();
     encode_frame_with(buf, &header, limits, |b, max| serialize_into(b, msg, max))
-        .map_err(|e| Refusal::Unencodable(e.to_string()))?;
+        .map_err(|e| Refusal::Unencodable(take_ref_error().unwrap_or_else(|| e.to_string())))?;
     if request.is_none() {
         return Ok(None);
     }
@@ -315,7 +448,9 @@ impl Encoders {
         self.by_type.insert(
             TypeId::of::<M>(),
             Encoder {
+                wire_id: id,
                 encode: encode::<M>,
+                export_recipient: export_recipient::<M>,
             },
         );
         Ok(())
@@ -326,30 +461,87 @@ impl Encoders {
     }
 }
 
-/// A local actor reachable from other nodes.
+/// One message type an export accepts: how to deliver it, and to what.
+#[derive(Clone)]
+pub(crate) struct Accepted {
+    pub name: &'static str,
+    pub deliver: DeliverFn,
+    /// The `ActorRef<A>` or `Recipient<M>` the frame goes to.
+    pub target: Arc<dyn Any + Send + Sync>,
+}
+
+/// A local actor reachable from other nodes: exposed by name, or exported
+/// the first time a reference to it was sent.
+#[derive(Clone)]
 pub(crate) struct Export {
-    pub actor_type: &'static str,
-    pub actor: Arc<dyn Any + Send + Sync>,
-    pub control: troubadour::remote::ControlRef,
-    pub handlers: Arc<HashMap<u64, (&'static str, DeliverFn)>>,
-    pub stop_gracefully: Box<dyn Fn() + Send + Sync>,
+    /// The actor type's stable name; `None` for an actor known only
+    /// through recipients.
+    pub actor_type: Option<&'static str>,
+    /// `None` for a recipient that is not an actor (an `Inbox`).
+    pub control: Option<troubadour::remote::ControlRef>,
+    pub handlers: HashMap<u64, Accepted>,
+    /// References to it that may arrive back, by the `TypeId` of the
+    /// `ActorRef<A>` or `Recipient<M>` wanted, with their source.
+    pub references: HashMap<TypeId, (MakeFn, Arc<dyn Any + Send + Sync>)>,
+    pub stop_gracefully: Option<Arc<dyn Fn() + Send + Sync>>,
 }
 
 impl Export {
-    pub(crate) fn new<A: RemoteActor>(
+    pub(crate) fn of_actor<A: RemoteActor>(
         actor: &ActorRef<A>,
     ) -> Result<Export, crate::node::RemoteError> {
         let accepts = Accepts::<A>::collect();
         if let Some((first, second)) = accepts.clash {
             return Err(crate::node::RemoteError::NameClash { first, second });
         }
+        let target: Arc<dyn Any + Send + Sync> = Arc::new(actor.clone());
+        let handlers = accepts
+            .handlers
+            .into_iter()
+            .map(|(id, (name, deliver))| {
+                (
+                    id,
+                    Accepted {
+                        name,
+                        deliver,
+                        target: target.clone(),
+                    },
+                )
+            })
+            .collect();
+        let mut references: HashMap<TypeId, (MakeFn, Arc<dyn Any + Send + Sync>)> = accepts
+            .recipients
+            .into_iter()
+            .map(|(t, make)| (t, (make, target.clone())))
+            .collect();
+        references.insert(
+            TypeId::of::<ActorRef<A>>(),
+            (clone_of::<ActorRef<A>>, target.clone()),
+        );
         let typed = actor.clone();
         Ok(Export {
-            actor_type: A::NAME,
-            actor: Arc::new(actor.clone()),
-            control: troubadour::remote::ControlRef::of(actor),
-            handlers: Arc::new(accepts.handlers),
-            stop_gracefully: Box::new(move || typed.stop_gracefully()),
+            actor_type: Some(A::NAME),
+            control: Some(troubadour::remote::ControlRef::of(actor)),
+            handlers,
+            references,
+            stop_gracefully: Some(Arc::new(move || typed.stop_gracefully())),
         })
+    }
+
+    /// Adds what a `Recipient<M>` of the same actor accepts.
+    pub(crate) fn add_recipient<M: RemoteMessage>(
+        &mut self,
+        recipient: &troubadour::Recipient<M>,
+        (id, name, deliver): (u64, &'static str, DeliverFn),
+    ) {
+        let target: Arc<dyn Any + Send + Sync> = Arc::new(recipient.clone());
+        self.handlers.entry(id).or_insert(Accepted {
+            name,
+            deliver,
+            target: target.clone(),
+        });
+        self.references
+            .entry(TypeId::of::<troubadour::Recipient<M>>())
+            .or_insert((clone_of::<troubadour::Recipient<M>>, target));
     }
 }

@@ -2,19 +2,20 @@
 //! actors by name and looks up other nodes' actors, handing out ordinary
 //! `ActorRef`s for them.
 
+use std::any::TypeId;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
-use troubadour::remote::proxy;
+use troubadour::remote::{proxy, RefTarget, Resolved, WireRef};
 use troubadour::{ActorRef, NodeId, SystemHandle};
 
 use crate::codec::DEFAULT_MAX_DEPTH;
 use crate::connection::{ConnectError, Connection, Endpoint, Listener, Security};
 use crate::frame::Limits;
-use crate::messages::{Encoders, Export, RemoteActor, RemoteMessage};
+use crate::messages::{export_actor, Encoders, Export, ExportActorFn, RemoteActor, RemoteMessage};
 use crate::peer::Peer;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -80,7 +81,9 @@ pub(crate) struct Shared {
     pub limits: Limits,
     pub config: Config,
     pub encoders: Encoders,
+    pub actor_types: HashMap<TypeId, ExportActorFn>,
     pub stats: RemoteStats,
+    pub listen_addr: Option<SocketAddr>,
     exports: RwLock<Exports>,
     peers: Mutex<Peers>,
 }
@@ -89,6 +92,24 @@ pub(crate) struct Shared {
 struct Exports {
     by_serial: HashMap<u64, Arc<Export>>,
     by_name: HashMap<String, u64>,
+    /// Size after the last sweep of stopped actors.
+    swept_at: usize,
+}
+
+impl Exports {
+    /// Enters an export made because a reference was sent. Exports of
+    /// actors that have stopped since are swept whenever the table has
+    /// doubled, so references sent once do not pile up.
+    fn insert_lazily(&mut self, serial: u64, export: Arc<Export>) {
+        self.by_serial.insert(serial, export);
+        if self.by_serial.len() > 2 * self.swept_at.max(512) {
+            let named: std::collections::HashSet<u64> = self.by_name.values().copied().collect();
+            self.by_serial.retain(|serial, e| {
+                named.contains(serial) || e.control.as_ref().is_none_or(|c| !c.is_stopped())
+            });
+            self.swept_at = self.by_serial.len();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -113,6 +134,163 @@ impl Shared {
         let exports = self.exports.read().unwrap_or_else(|p| p.into_inner());
         let serial = *exports.by_name.get(name)?;
         Some((serial, exports.by_serial.get(&serial)?.clone()))
+    }
+
+    /// The wire form of a reference being sent: a local actor is exported
+    /// (the first time), a proxy names its own node.
+    pub(crate) fn encode_ref(&self, target: RefTarget<'_>) -> Result<WireRef, String> {
+        let (id, wire_node) = match &target {
+            RefTarget::Actor { id, .. } | RefTarget::Recipient { id, .. } => (*id, id.node()),
+            _ => return Err("a kind of reference this version cannot send".into()),
+        };
+        let local = self.system.node();
+        if wire_node != local {
+            return Ok(WireRef {
+                node: wire_node.name().to_string(),
+                incarnation: wire_node.incarnation(),
+                address: wire_node.address().map(|a| a.to_string()),
+                serial: id.serial(),
+            });
+        }
+        let serial = id.serial();
+        let wire = WireRef {
+            node: local.name().to_string(),
+            incarnation: local.incarnation(),
+            address: self.listen_addr.map(|a| a.to_string()),
+            serial,
+        };
+        // Exported already (the common case for a reply-to sent again and
+        // again): a read lock.
+        if let Some(e) = self.export(serial) {
+            let done = match &target {
+                RefTarget::Actor { .. } => e.actor_type.is_some(),
+                RefTarget::Recipient { message_type, .. } => self
+                    .encoders
+                    .get(*message_type)
+                    .is_some_and(|enc| e.handlers.contains_key(&enc.wire_id)),
+                _ => false,
+            };
+            if done {
+                return Ok(wire);
+            }
+        }
+        let mut exports = self.exports.write().unwrap_or_else(|p| p.into_inner());
+        let existing = exports.by_serial.get(&serial).cloned();
+        match target {
+            RefTarget::Actor {
+                actor_type,
+                type_name,
+                actor,
+                ..
+            } => {
+                if existing.as_ref().is_none_or(|e| e.actor_type.is_none()) {
+                    let make = self.actor_types.get(&actor_type).ok_or_else(|| {
+                        format!(
+                            "a reference to a local {type_name} cannot be sent: register its \
+                             type with `RemoteBuilder::actor::<{type_name}>()` (it must be a \
+                             RemoteActor)"
+                        )
+                    })?;
+                    let mut export = make(actor)
+                        .ok_or("the reference is not of its registered type")?
+                        .map_err(|e| e.to_string())?;
+                    if let Some(old) = existing {
+                        // Recipients exported earlier stay reachable.
+                        for (k, v) in &old.handlers {
+                            export.handlers.entry(*k).or_insert_with(|| v.clone());
+                        }
+                        for (k, v) in &old.references {
+                            export.references.entry(*k).or_insert_with(|| v.clone());
+                        }
+                    }
+                    exports.insert_lazily(serial, Arc::new(export));
+                }
+            }
+            RefTarget::Recipient {
+                message_type,
+                type_name,
+                recipient,
+                ..
+            } => {
+                let encoder = self.encoders.get(message_type).ok_or_else(|| {
+                    format!(
+                        "a Recipient<{type_name}> cannot be sent: {type_name} is not \
+                         registered with the remote layer"
+                    )
+                })?;
+                if existing
+                    .as_ref()
+                    .is_none_or(|e| !e.handlers.contains_key(&encoder.wire_id))
+                {
+                    let export = (encoder.export_recipient)(existing.as_deref(), recipient)
+                        .ok_or("the reference is not of its registered type")?;
+                    exports.insert_lazily(serial, Arc::new(export));
+                }
+            }
+            _ => unreachable!("checked above"),
+        }
+        Ok(wire)
+    }
+
+    /// What a received reference stands for: an actor of this node, of the
+    /// peer it came from, or of a third node this one is connected to.
+    pub(crate) fn resolve_ref(
+        &self,
+        wire: &WireRef,
+        want: TypeId,
+        from: &Arc<Peer>,
+    ) -> Result<Resolved, String> {
+        let local = self.system.node();
+        if wire.node == local.name() && wire.incarnation == local.incarnation() {
+            let export = self.export(wire.serial).ok_or_else(|| {
+                format!(
+                    "the reference names actor {} of this node, which is not exported here",
+                    wire.serial
+                )
+            })?;
+            let (make, source) = export.references.get(&want).ok_or(
+                "the reference names an actor of this node of another type, or that does not take this message",
+            )?;
+            return make(&**source)
+                .map(Resolved::Local)
+                .ok_or_else(|| "the exported reference has another type".to_string());
+        }
+        let peer = if from.node.name() == wire.node && from.node.incarnation() == wire.incarnation {
+            from.clone()
+        } else {
+            lock(&self.peers)
+                .all
+                .iter()
+                .find(|p| {
+                    !p.is_lost()
+                        && p.node.name() == wire.node
+                        && p.node.incarnation() == wire.incarnation
+                })
+                .cloned()
+                .ok_or_else(|| {
+                    format!(
+                        "the reference names an actor of node {} ({}), to which this node has \
+                         no connection",
+                        wire.node,
+                        wire.address.as_deref().unwrap_or("address unknown")
+                    )
+                })?
+        };
+        let id = troubadour::ActorId::on(&peer.node, wire.serial)
+            .ok_or_else(|| format!("invalid actor number {} in a reference", wire.serial))?;
+        Ok(Resolved::Remote {
+            id,
+            route: peer.route(),
+        })
+    }
+
+    /// The `Arc` of a live peer.
+    pub(crate) fn peer_arc(&self, peer: &Peer) -> Option<Arc<Peer>> {
+        lock(&self.peers)
+            .all
+            .iter()
+            .find(|p| std::ptr::eq(&***p, peer))
+            .cloned()
     }
 
     /// A lost connection leaves the tables, so the next lookup dials anew.
@@ -213,6 +391,7 @@ pub struct RemoteBuilder {
     limits: Limits,
     config: Config,
     encoders: Encoders,
+    actor_types: HashMap<TypeId, ExportActorFn>,
     error: Option<RemoteError>,
     handshake_timeout: Option<Duration>,
 }
@@ -224,6 +403,15 @@ impl RemoteBuilder {
         if let Err(e) = self.encoders.register::<M>() {
             self.error.get_or_insert(e);
         }
+        self
+    }
+
+    /// Lets references to local actors of type `A` travel inside messages:
+    /// an `ActorRef<A>` sent to another node exports the actor (the first
+    /// time) for the messages its [`RemoteActor::accepts`] lists.
+    pub fn actor<A: RemoteActor>(mut self) -> Self {
+        self.actor_types
+            .insert(TypeId::of::<A>(), export_actor::<A> as ExportActorFn);
         self
     }
 
@@ -295,7 +483,9 @@ impl RemoteBuilder {
             limits: self.limits,
             config: self.config,
             encoders: self.encoders,
+            actor_types: self.actor_types,
             stats: RemoteStats::default(),
+            listen_addr: local_addr,
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),
         });
@@ -370,6 +560,7 @@ impl Remote {
             limits: Limits::default(),
             config: Config::default(),
             encoders: Encoders::default(),
+            actor_types: HashMap::new(),
             error: None,
             handshake_timeout: None,
         }
@@ -398,7 +589,7 @@ impl Remote {
         if actor.id().node() != self.shared.system.node() {
             return Err(RemoteError::NotLocal);
         }
-        let export = Arc::new(Export::new(actor)?);
+        let export = Arc::new(Export::of_actor(actor)?);
         let serial = actor.id().serial();
         let mut exports = self
             .shared

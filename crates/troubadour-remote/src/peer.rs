@@ -31,7 +31,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use troubadour::remote::{
-    proxy, ControlRef, Outgoing, OutgoingSignal, Refusal, RemoteProcess, Route, Watch,
+    proxy, with_ref_codec, ControlRef, Outgoing, OutgoingSignal, RefCodec, RefTarget, Refusal,
+    RemoteProcess, Resolved, Route, Watch, WireRef,
 };
 use troubadour::{ActorId, AskError, Down, ExitReason, Immediate, NodeId};
 
@@ -317,19 +318,22 @@ impl Peer {
         mut decoder: FrameDecoder,
     ) -> String {
         let silence = self.shared.config.heartbeat_timeout;
+        let codec = self.codec();
         loop {
-            loop {
+            // References inside what arrived resolve against this peer.
+            let framing = with_ref_codec(&codec, || loop {
                 match decoder.decode() {
                     Ok(Some(frame)) => self.dispatch(frame),
-                    Ok(None) => break,
-                    Err(e) => {
-                        self.shared
-                            .stats
-                            .framing_errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        return format!("framing error: {e}");
-                    }
+                    Ok(None) => return None,
+                    Err(e) => return Some(e),
                 }
+            });
+            if let Some(e) = framing {
+                self.shared
+                    .stats
+                    .framing_errors
+                    .fetch_add(1, Ordering::Relaxed);
+                return format!("framing error: {e}");
             }
             let buf = decoder.buffer_mut();
             buf.reserve(64 * 1024);
@@ -405,26 +409,33 @@ impl Peer {
             refuse(reply::STOPPED, String::new());
             return;
         };
-        let Some((name, deliver)) = export.handlers.get(&code).copied() else {
+        let Some(accepted) = export.handlers.get(&code) else {
             stats.unknown_type.fetch_add(1, Ordering::Relaxed);
             refuse(
                 reply::REFUSED,
                 format!(
                     "the actor type {} does not accept the message type with id {code:#018x}",
-                    export.actor_type
+                    export.actor_type.unwrap_or("(a recipient)")
                 ),
             );
             return;
         };
+        let name = accepted.name;
         let asked = ask.map(|request| {
             let peer = self.clone();
             Asked {
                 answer: Box::new(move |outcome| peer.queue_reply(request, outcome)),
                 limit: self.shared.config.remote_ask_limit,
                 user_cap: self.shared.limits.cap(Lane::Large) as usize,
+                codec: self.codec(),
             }
         });
-        match deliver(&*export.actor, payload, self.shared.config.max_depth, asked) {
+        match (accepted.deliver)(
+            &*accepted.target,
+            payload,
+            self.shared.config.max_depth,
+            asked,
+        ) {
             Delivered::Ok => {}
             Delivered::Undecodable(e) => {
                 stats.undecodable.fetch_add(1, Ordering::Relaxed);
@@ -494,13 +505,15 @@ impl Peer {
                         request,
                         reason: format!("no actor is exposed under the name {name:?}"),
                     },
-                    Some((_, e)) if e.actor_type != actor_type => Control::NotFound {
-                        request,
-                        reason: format!(
-                            "the actor exposed as {name:?} is a {}, not a {actor_type}",
-                            e.actor_type
-                        ),
-                    },
+                    Some((_, e)) if e.actor_type != Some(actor_type.as_str()) => {
+                        Control::NotFound {
+                            request,
+                            reason: format!(
+                                "the actor exposed as {name:?} is a {}, not a {actor_type}",
+                                e.actor_type.unwrap_or("(recipient)")
+                            ),
+                        }
+                    }
                     Some((serial, _)) => Control::Found { request, serial },
                 };
                 self.queue_control(&answer);
@@ -519,14 +532,14 @@ impl Peer {
                 let Some(remote_id) = ActorId::on(node, from) else {
                     return;
                 };
-                match self.shared.export(to) {
-                    Some(e) if !e.control.is_stopped() => {
+                match self.control_of(to) {
+                    Some(control) if !control.is_stopped() => {
                         let far =
                             proxy::<RemoteProcess>(&self.shared.system, remote_id, self.route());
                         lock(&self.crossing)
                             .links_in
-                            .insert((from, to), e.control.clone());
-                        e.control.link(ControlRef::of(&far));
+                            .insert((from, to), control.clone());
+                        control.link(ControlRef::of(&far));
                     }
                     // Linking to an actor that is gone fails the linker
                     // with `noproc`, as locally.
@@ -542,23 +555,22 @@ impl Peer {
             }
             Control::Unlink { from, to } => {
                 lock(&self.crossing).links_in.remove(&(from, to));
-                if let (Some(e), Some(id)) = (self.shared.export(to), ActorId::on(node, from)) {
-                    e.control.unlink(id);
+                if let (Some(c), Some(id)) = (self.control_of(to), ActorId::on(node, from)) {
+                    c.unlink(id);
                 }
             }
             Control::Monitor { watch, target } => {
                 let Some(watcher) = ActorId::on(node, watch) else {
                     return;
                 };
-                match self.shared.export(target) {
-                    Some(e) => {
+                match self.control_of(target) {
+                    Some(control) => {
                         let far =
                             proxy::<RemoteProcess>(&self.shared.system, watcher, self.route());
                         lock(&self.crossing)
                             .monitors_in
-                            .insert((watch, target), e.control.clone());
-                        e.control
-                            .monitor(watcher, far.recipient::<Down, Immediate>());
+                            .insert((watch, target), control.clone());
+                        control.monitor(watcher, far.recipient::<Down, Immediate>());
                     }
                     None => self.queue_system(
                         wire::SYSTEM_DOWN,
@@ -572,32 +584,45 @@ impl Peer {
             }
             Control::Demonitor { watch, target } => {
                 lock(&self.crossing).monitors_in.remove(&(watch, target));
-                if let (Some(e), Some(id)) = (self.shared.export(target), ActorId::on(node, watch))
-                {
-                    e.control.unmonitor(id);
+                if let (Some(c), Some(id)) = (self.control_of(target), ActorId::on(node, watch)) {
+                    c.unmonitor(id);
                 }
             }
             Control::RequestStop { to } => {
-                if let Some(e) = self.shared.export(to) {
-                    e.control.request_stop();
+                if let Some(c) = self.control_of(to) {
+                    c.request_stop();
                 }
             }
             Control::Stop { to, reason } => {
-                if let Some(e) = self.shared.export(to) {
-                    e.control.stop(reason.into());
+                if let Some(c) = self.control_of(to) {
+                    c.stop(reason.into());
                 }
             }
             Control::Kill { to } => {
-                if let Some(e) = self.shared.export(to) {
-                    e.control.kill();
+                if let Some(c) = self.control_of(to) {
+                    c.kill();
                 }
             }
             Control::StopGracefully { to } => {
-                if let Some(e) = self.shared.export(to) {
-                    (e.stop_gracefully)();
+                if let Some(stop) = self
+                    .shared
+                    .export(to)
+                    .and_then(|e| e.stop_gracefully.clone())
+                {
+                    stop();
                 }
             }
         }
+    }
+
+    /// The control face of exported actor `serial`.
+    fn control_of(&self, serial: u64) -> Option<ControlRef> {
+        self.shared.export(serial).and_then(|e| e.control.clone())
+    }
+
+    /// This connection's reference codec (references in messages).
+    pub(crate) fn codec(self: &Arc<Self>) -> Arc<dyn RefCodec> {
+        self.clone()
     }
 
     // ---- lookups ---------------------------------------------------------
@@ -686,7 +711,10 @@ impl Route for PeerRoute {
             r
         });
         let was_empty = out.user.is_empty() && out.control.is_empty();
-        let pending = (encoder.encode)(message, &mut out.user, to, request, &limits)?;
+        let codec = peer.codec();
+        let pending = with_ref_codec(&codec, || {
+            (encoder.encode)(message, &mut out.user, to, request, &limits)
+        })?;
         if let (Some(request), Some(pending)) = (request, pending) {
             // Registered before the lock is released, so before the writer
             // can send the request, so before any reply can come.
@@ -804,5 +832,27 @@ impl Route for PeerRoute {
                 notified.await;
             }
         })
+    }
+}
+
+impl RefCodec for Peer {
+    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef, String> {
+        self.shared
+            .encode_ref(target)
+            .inspect_err(|e| crate::messages::note_ref_error(e))
+    }
+
+    fn decode(&self, wire: &WireRef, want: std::any::TypeId) -> Result<Resolved, String> {
+        let me = self
+            .shared
+            .peer_arc(self)
+            .ok_or("the connection the reference came on is gone")?;
+        self.shared
+            .resolve_ref(wire, want, &me)
+            .inspect_err(|e| crate::messages::note_ref_error(e))
+    }
+
+    fn system(&self) -> &troubadour::SystemHandle {
+        &self.shared.system
     }
 }

@@ -194,6 +194,132 @@ impl Handler<Do> for Watcher {
     }
 }
 
+/// Carries a reference to reply to: an `ActorRef` or a `Recipient`.
+#[derive(Serialize, Deserialize)]
+struct AskBack {
+    n: u64,
+    reply_to: ActorRef<Collector>,
+}
+impl Message for AskBack {
+    type Reply = ();
+}
+impl RemoteMessage for AskBack {
+    const NAME: &'static str = "test.AskBack";
+}
+
+#[derive(Serialize, Deserialize)]
+struct AskBackRecipient {
+    n: u64,
+    reply_to: Recipient<Answer>,
+}
+impl Message for AskBackRecipient {
+    type Reply = ();
+}
+impl RemoteMessage for AskBackRecipient {
+    const NAME: &'static str = "test.AskBackRecipient";
+}
+
+#[derive(Debug, PartialEq, Serialize, Deserialize)]
+struct Answer(u64);
+impl Message for Answer {
+    type Reply = ();
+}
+impl RemoteMessage for Answer {
+    const NAME: &'static str = "test.Answer";
+}
+
+/// A message holding a reference to the echoing actor itself, sent back to
+/// its own node: it must arrive as the local actor, not a proxy.
+#[derive(Serialize, Deserialize)]
+struct WhoAmI(ActorRef<Echoer>);
+impl Message for WhoAmI {
+    type Reply = bool;
+}
+impl RemoteMessage for WhoAmI {
+    const NAME: &'static str = "test.WhoAmI";
+}
+
+/// Asks for its own reference (the reply holds a reference).
+#[derive(Serialize, Deserialize)]
+struct Myself;
+impl Message for Myself {
+    type Reply = ActorRef<Echoer>;
+}
+impl RemoteMessage for Myself {
+    const NAME: &'static str = "test.Myself";
+}
+
+/// Answers to the reference a message carries, and monitors it.
+struct Echoer(mpsc::Sender<String>);
+impl Actor for Echoer {}
+impl Handler<AskBack> for Echoer {
+    fn handle(&mut self, m: AskBack, ctx: &mut Context<Self>) {
+        ctx.monitor(&m.reply_to);
+        m.reply_to.tell(Answer(m.n * 10)).unwrap();
+    }
+}
+impl Handler<AskBackRecipient> for Echoer {
+    fn handle(&mut self, m: AskBackRecipient, _: &mut Context<Self>) {
+        m.reply_to.tell(Answer(m.n * 100)).unwrap();
+    }
+}
+impl Handler<WhoAmI> for Echoer {
+    fn handle(&mut self, WhoAmI(r): WhoAmI, ctx: &mut Context<Self>) -> bool {
+        r == ctx.myself() && r.id().node() == ctx.myself().id().node()
+    }
+}
+impl Handler<Myself> for Echoer {
+    fn handle(&mut self, _: Myself, ctx: &mut Context<Self>) -> ActorRef<Echoer> {
+        ctx.myself()
+    }
+}
+impl Handler<Down> for Echoer {
+    fn handle(&mut self, d: Down, _: &mut Context<Self>) {
+        let _ = self.0.send(format!("echoer saw down: {}", d.reason));
+    }
+}
+impl RemoteActor for Echoer {
+    const NAME: &'static str = "test.Echoer";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts
+            .handle::<AskBack>()
+            .handle::<AskBackRecipient>()
+            .handle::<WhoAmI>()
+            .handle::<Myself>();
+    }
+}
+
+/// Collects answers on the asking node.
+struct Collector(mpsc::Sender<u64>);
+impl Actor for Collector {}
+impl Handler<Answer> for Collector {
+    fn handle(&mut self, Answer(n): Answer, _: &mut Context<Self>) {
+        let _ = self.0.send(n);
+    }
+}
+impl RemoteActor for Collector {
+    const NAME: &'static str = "test.Collector";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<Answer>();
+    }
+}
+
+/// A local actor type never registered for references.
+struct Unlisted;
+impl Actor for Unlisted {}
+
+#[derive(Serialize, Deserialize)]
+struct CarriesUnlisted(ActorRef<Unlisted>);
+impl Message for CarriesUnlisted {
+    type Reply = ();
+}
+impl RemoteMessage for CarriesUnlisted {
+    const NAME: &'static str = "test.CarriesUnlisted";
+}
+impl Handler<CarriesUnlisted> for Echoer {
+    fn handle(&mut self, _: CarriesUnlisted, _: &mut Context<Self>) {}
+}
+
 // ---- two nodes ------------------------------------------------------------
 
 struct Node {
@@ -216,6 +342,14 @@ fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
         .register::<Fail>()
         .register::<Stray>()
         .register::<Poison>()
+        .register::<AskBack>()
+        .register::<AskBackRecipient>()
+        .register::<Answer>()
+        .register::<WhoAmI>()
+        .register::<Myself>()
+        .register::<CarriesUnlisted>()
+        .actor::<Collector>()
+        .actor::<Echoer>()
         .listen("127.0.0.1:0".parse().unwrap())
 }
 
@@ -572,4 +706,94 @@ fn send_await_waits_for_room_in_the_outbound_queue() {
         }
     });
     assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap().len(), 2_000);
+}
+
+/// Beta exposes an `Echoer` as "echoer"; alpha looks it up.
+fn echoer_on_beta(alpha: &Node, beta: &Node) -> (ActorRef<Echoer>, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    let local = beta.system.spawn(Echoer(tx)).unwrap();
+    beta.remote.expose("echoer", &local).unwrap();
+    let remote = alpha
+        .system
+        .block_on(alpha.remote.lookup::<Echoer>(beta.addr(), "echoer"))
+        .unwrap();
+    (remote, rx)
+}
+
+#[test]
+fn an_actor_ref_inside_a_message_works_on_the_far_side() {
+    let (alpha, beta) = pair();
+    let (echoer, beta_log) = echoer_on_beta(&alpha, &beta);
+    let (tx, answers) = mpsc::channel();
+    let collector = alpha.system.spawn(Collector(tx)).unwrap();
+    for n in 1..=3 {
+        echoer
+            .tell(AskBack {
+                n,
+                reply_to: collector.clone(),
+            })
+            .unwrap();
+    }
+    let got: Vec<u64> = (0..3)
+        .map(|_| answers.recv_timeout(GUARD).unwrap())
+        .collect();
+    assert_eq!(got, [10, 20, 30], "answers come back in order");
+    // The far side monitored the reference it was given.
+    collector.stop();
+    assert_eq!(
+        beta_log.recv_timeout(GUARD).unwrap(),
+        "echoer saw down: normal"
+    );
+}
+
+#[test]
+fn a_recipient_inside_a_message_works_on_the_far_side() {
+    let (alpha, beta) = pair();
+    let (echoer, _log) = echoer_on_beta(&alpha, &beta);
+    let (tx, answers) = mpsc::channel();
+    let collector = alpha.system.spawn(Collector(tx)).unwrap();
+    echoer
+        .tell(AskBackRecipient {
+            n: 7,
+            reply_to: collector.recipient(),
+        })
+        .unwrap();
+    assert_eq!(answers.recv_timeout(GUARD).unwrap(), 700);
+    // A recipient of something that is not an actor (an inbox) works too.
+    let mut inbox = alpha.system.inbox::<Answer>().unwrap();
+    echoer
+        .tell(AskBackRecipient {
+            n: 8,
+            reply_to: inbox.recipient(),
+        })
+        .unwrap();
+    let got = wait(&alpha.system, inbox.recv());
+    assert_eq!(got.message(), &Answer(800));
+}
+
+#[test]
+fn a_reference_sent_back_to_its_own_node_is_the_local_actor() {
+    let (alpha, beta) = pair();
+    let (echoer, _log) = echoer_on_beta(&alpha, &beta);
+    // A reply that holds a reference: a proxy on alpha.
+    let me = echoer.ask(Myself).timeout(GUARD).wait().unwrap();
+    assert_eq!(me, echoer);
+    // Sent back to beta, it is beta's local actor again.
+    assert!(echoer.ask(WhoAmI(me)).timeout(GUARD).wait().unwrap());
+}
+
+#[test]
+fn a_reference_to_an_unregistered_actor_type_is_a_typed_error_at_the_sender() {
+    let (alpha, beta) = pair();
+    let (echoer, _log) = echoer_on_beta(&alpha, &beta);
+    let unlisted = alpha.system.spawn(Unlisted).unwrap();
+    match echoer.tell(CarriesUnlisted(unlisted)) {
+        Err(SendError::Unencodable(_, reason)) => {
+            assert!(reason.contains("RemoteBuilder::actor::<"), "{reason}")
+        }
+        other => panic!(
+            "expected Unencodable, got {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
 }

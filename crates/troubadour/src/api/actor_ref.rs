@@ -15,7 +15,7 @@ use crate::runtime::cell::ActorCell;
 use crate::runtime::envelope::{envelope, Handles, ReplyTo};
 use crate::runtime::mailbox_bound::NoRoom;
 use crate::runtime::remote::{Outgoing, Refusal, ReplySender, Route};
-use crate::runtime::signal::{Signal, Watcher};
+use crate::runtime::signal::{ControlHandle, Signal, Watcher};
 use crate::runtime::system::SystemCore;
 use crate::runtime::timer::{Deadline, Expiry};
 use std::any::TypeId;
@@ -611,6 +611,11 @@ impl<M: Message> Recipient<M> {
     pub(crate) fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {
         self.sink.tell_system(msg)
     }
+
+    /// The actor's control handle; `None` for an inbox.
+    pub(crate) fn control(&self) -> Option<Arc<dyn ControlHandle>> {
+        self.sink.control()
+    }
 }
 
 /// Where a [`Recipient`] sends: an actor, or an inbox.
@@ -623,6 +628,10 @@ pub(crate) trait Sink<M: Message>: Send + Sync {
     fn ask(&self, msg: M) -> Ask<M::Reply>;
     fn id(&self) -> ActorId;
     fn is_alive(&self) -> bool;
+    /// The actor behind it; `None` for an inbox.
+    fn control(&self) -> Option<Arc<dyn ControlHandle>> {
+        None
+    }
 }
 
 struct RefSink<A: Actor, K> {
@@ -650,5 +659,8 @@ where
     }
     fn is_alive(&self) -> bool {
         self.actor.is_alive()
+    }
+    fn control(&self) -> Option<Arc<dyn ControlHandle>> {
+        Some(self.actor.cell().clone())
     }
 }

@@ -21,12 +21,21 @@
 //!   or monitors a local one, go through the local runtime's own machinery:
 //!   the far end is a proxy ([`RemoteProcess`]), so exits and `Down`s
 //!   propagate exactly as they do locally.
+//! * **References in messages** (the `serde` feature): `ActorRef` and
+//!   `Recipient` are serde types whose wire form a [`RefCodec`] of the
+//!   remote layer decides.
 //! * **Identity.** [`NodeId::remote`](crate::NodeId::remote) and
 //!   [`ActorId::on`] name other processes' nodes and actors.
 //!
 //! [`SendError`]: crate::SendError
 //! [`AskError::ConnectionLost`]: crate::AskError::ConnectionLost
 //! [`AskError::Refused`]: crate::AskError::Refused
+
+#[cfg(feature = "serde")]
+mod refs;
+#[cfg(feature = "serde")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
+pub use refs::{with_ref_codec, RefCodec, RefTarget, RemoteRecipient, Resolved, WireRef};
 
 use crate::api::actor::{Actor, Handler, Message};
 use crate::api::actor_ref::{ActorRef, Recipient};
@@ -316,6 +325,12 @@ impl ControlRef {
     /// The control face of `actor`.
     pub fn of<A: Actor>(actor: &ActorRef<A>) -> ControlRef {
         ControlRef(actor.cell().clone())
+    }
+
+    /// The control face of the actor behind `recipient`; `None` when it is
+    /// not an actor (an [`Inbox`](crate::Inbox)).
+    pub fn of_recipient<M: Message>(recipient: &Recipient<M>) -> Option<ControlRef> {
+        recipient.control().map(ControlRef)
     }
 
     /// The actor's id.

@@ -1,0 +1,215 @@
+//! References inside messages (the `serde` feature): an `ActorRef<A>` or a
+//! `Recipient<M>` in a message that travels is serialized as the node and
+//! serial of its actor, and deserialized on the far side as a working
+//! reference, a proxy back to the node it names, or the local actor when it
+//! names the receiving node.
+//!
+//! Serde has no context argument, so the remote layer installs a
+//! [`RefCodec`] for the current thread around each encode and decode
+//! ([`with_ref_codec`]); serializing a reference without one is an error
+//! that says so. The codec decides what a reference means on the wire: it
+//! exports a local actor the first time its reference is serialized (lazy
+//! export), and resolves a decoded one to a local actor or to a route.
+
+use crate::api::actor::{Actor, Handler, Message};
+use crate::api::actor_ref::{ActorRef, Recipient};
+use crate::api::context::Context;
+use crate::api::exit::ActorId;
+use crate::runtime::envelope::Immediate;
+use crate::runtime::remote::{proxy, Route};
+use crate::runtime::system::SystemHandle;
+use serde::de::Error as _;
+use serde::ser::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+/// A reference as it travels: which node, which actor.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WireRef {
+    /// The node's name.
+    pub node: String,
+    /// The node's incarnation.
+    pub incarnation: u64,
+    /// Where the node listens, if it does (`ip:port`).
+    pub address: Option<String>,
+    /// The actor's serial on that node.
+    pub serial: u64,
+}
+
+/// What is being serialized: a reference to a local actor (to export) or
+/// to a proxy (to name).
+#[non_exhaustive]
+pub enum RefTarget<'a> {
+    /// An `ActorRef<A>`; `actor_type` is `TypeId::of::<A>()`, `actor` the
+    /// `ActorRef<A>` itself.
+    Actor {
+        /// The actor.
+        id: ActorId,
+        /// `TypeId::of::<A>()`.
+        actor_type: TypeId,
+        /// `std::any::type_name::<A>()`, for errors.
+        type_name: &'static str,
+        /// The `ActorRef<A>`.
+        actor: &'a (dyn Any + Send + Sync),
+    },
+    /// A `Recipient<M>`; `message_type` is `TypeId::of::<M>()`,
+    /// `recipient` the `Recipient<M>` itself.
+    Recipient {
+        /// The actor.
+        id: ActorId,
+        /// `TypeId::of::<M>()`.
+        message_type: TypeId,
+        /// `std::any::type_name::<M>()`, for errors.
+        type_name: &'static str,
+        /// The `Recipient<M>`.
+        recipient: &'a (dyn Any + Send + Sync),
+    },
+}
+
+/// What a decoded reference stands for.
+pub enum Resolved {
+    /// An actor of this node: an `ActorRef<A>` or a `Recipient<M>` (boxed
+    /// as `Any`); the wrong one of them is a decode error.
+    Local(Box<dyn Any + Send + Sync>),
+    /// An actor of another node, reached through `route`.
+    Remote {
+        /// The actor.
+        id: ActorId,
+        /// Where its messages go.
+        route: Arc<dyn Route>,
+    },
+}
+
+/// The remote layer's side of references in messages. See the [module
+/// docs](self).
+pub trait RefCodec: Send + Sync {
+    /// The wire form of a reference about to be serialized.
+    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef, String>;
+
+    /// What a decoded reference stands for. `want` is the `TypeId` of the
+    /// `ActorRef<A>` or `Recipient<M>` being deserialized.
+    fn decode(&self, wire: &WireRef, want: TypeId) -> Result<Resolved, String>;
+
+    /// The system decoded proxies belong to.
+    fn system(&self) -> &SystemHandle;
+}
+
+thread_local! {
+    static CODEC: RefCell<Option<Arc<dyn RefCodec>>> = const { RefCell::new(None) };
+}
+
+/// Runs `f` with `codec` as the current thread's [`RefCodec`]: every
+/// `ActorRef` and `Recipient` serialized or deserialized inside uses it.
+/// Nests: the previous codec is restored afterwards, also on unwind.
+pub fn with_ref_codec<R>(codec: &Arc<dyn RefCodec>, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<Arc<dyn RefCodec>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let previous = self.0.take();
+            CODEC.with(|c| *c.borrow_mut() = previous);
+        }
+    }
+    let _restore = Restore(CODEC.with(|c| c.borrow_mut().replace(codec.clone())));
+    f()
+}
+
+fn current<R>(f: impl FnOnce(Option<&dyn RefCodec>) -> R) -> R {
+    // Cloned out, so that a codec may itself serialize (nested calls
+    // borrow the cell again).
+    let codec = CODEC.with(|c| c.borrow().clone());
+    f(codec.as_deref())
+}
+
+const NO_CODEC: &str = "an ActorRef or Recipient can only be serialized or deserialized by the \
+     remote layer (inside a message sent to another node)";
+
+impl<A: Actor> Serialize for ActorRef<A> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let wire = current(|codec| {
+            codec
+                .ok_or_else(|| NO_CODEC.to_string())?
+                .encode(RefTarget::Actor {
+                    id: self.id(),
+                    actor_type: TypeId::of::<A>(),
+                    type_name: std::any::type_name::<A>(),
+                    actor: self,
+                })
+        })
+        .map_err(S::Error::custom)?;
+        wire.serialize(s)
+    }
+}
+
+impl<'de, A: Actor> Deserialize<'de> for ActorRef<A> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = WireRef::deserialize(d)?;
+        current(|codec| {
+            let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
+            match codec.decode(&wire, TypeId::of::<ActorRef<A>>())? {
+                Resolved::Local(any) => any.downcast::<ActorRef<A>>().map(|b| *b).map_err(|_| {
+                    format!(
+                        "the reference names an actor of this node that is not a {}",
+                        std::any::type_name::<A>()
+                    )
+                }),
+                Resolved::Remote { id, route } => Ok(proxy::<A>(codec.system(), id, route)),
+            }
+        })
+        .map_err(D::Error::custom)
+    }
+}
+
+impl<M: Message> Serialize for Recipient<M> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let wire = current(|codec| {
+            codec
+                .ok_or_else(|| NO_CODEC.to_string())?
+                .encode(RefTarget::Recipient {
+                    id: self.id(),
+                    message_type: TypeId::of::<M>(),
+                    type_name: std::any::type_name::<M>(),
+                    recipient: self,
+                })
+        })
+        .map_err(S::Error::custom)?;
+        wire.serialize(s)
+    }
+}
+
+impl<'de, M: Message> Deserialize<'de> for Recipient<M> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let wire = WireRef::deserialize(d)?;
+        current(|codec| {
+            let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
+            match codec.decode(&wire, TypeId::of::<Recipient<M>>())? {
+                Resolved::Local(any) => any.downcast::<Recipient<M>>().map(|b| *b).map_err(|_| {
+                    format!(
+                        "the reference names an actor of this node that does not take {}",
+                        std::any::type_name::<M>()
+                    )
+                }),
+                Resolved::Remote { id, route } => {
+                    Ok(proxy::<RemoteRecipient<M>>(codec.system(), id, route)
+                        .recipient::<M, Immediate>())
+                }
+            }
+        })
+        .map_err(D::Error::custom)
+    }
+}
+
+/// The actor type behind the proxy of a decoded `Recipient<M>` of another
+/// node: it "handles" `M` so that the proxy has a recipient; like every
+/// proxy, it never runs.
+pub struct RemoteRecipient<M>(PhantomData<fn() -> M>);
+
+impl<M: Message> Actor for RemoteRecipient<M> {}
+
+impl<M: Message> Handler<M> for RemoteRecipient<M> {
+    fn handle(&mut self, _: M, _: &mut Context<Self>) -> M::Reply {
+        unreachable!("a proxy's handlers never run: its messages go to its route")
+    }
+}
