@@ -1,0 +1,215 @@
+//! A counter in one process, used from another: remote actors with mutual
+//! TLS.
+//!
+//! ```text
+//! # once: a CA and a certificate for 127.0.0.1, FOR TRYING THIS EXAMPLE ONLY
+//! cargo run -p troubadour-remote --example remote_counter -- certs ./example-certs
+//! # terminal 1: the node that hosts the counter
+//! cargo run -p troubadour-remote --example remote_counter -- serve 127.0.0.1:7100 ./example-certs
+//! # terminal 2: a node that uses it
+//! cargo run -p troubadour-remote --example remote_counter -- client 127.0.0.1:7100 ./example-certs
+//! ```
+//!
+//! The client looks the counter up by name and gets an ordinary
+//! `ActorRef<Counter>`: `tell`, `ask` and `monitor` work as for a local
+//! actor. It also hands the counter a reference to one of its own actors
+//! (`Watch`), to which the counter reports every change: references travel
+//! inside messages. `serve` and `client` in one command (`demo`) run both
+//! in one process, over the network all the same.
+
+use serde::{Deserialize, Serialize};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+use troubadour::prelude::*;
+use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security, TlsConfig};
+
+// ---- the protocol: shared by both programs ----------------------------------
+
+/// Adds to the counter; answers the new total.
+#[derive(Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = u64;
+}
+impl RemoteMessage for Add {
+    const NAME: &'static str = "example.counter.Add";
+}
+
+/// Asks the counter to tell `Changed` to `to` on every change.
+#[derive(Serialize, Deserialize)]
+struct Watch {
+    to: Recipient<Changed>,
+}
+impl Message for Watch {
+    type Reply = ();
+}
+impl RemoteMessage for Watch {
+    const NAME: &'static str = "example.counter.Watch";
+}
+
+/// The counter changed.
+#[derive(Debug, Serialize, Deserialize)]
+struct Changed {
+    total: u64,
+}
+impl Message for Changed {
+    type Reply = ();
+}
+impl RemoteMessage for Changed {
+    const NAME: &'static str = "example.counter.Changed";
+}
+
+/// The counter, on the serving node.
+#[derive(Default)]
+struct Counter {
+    total: u64,
+    watchers: Vec<Recipient<Changed>>,
+}
+impl Actor for Counter {}
+impl Handler<Add> for Counter {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 {
+        self.total += n;
+        let total = self.total;
+        // A watcher whose node went away is dropped.
+        self.watchers.retain(|w| w.tell(Changed { total }).is_ok());
+        total
+    }
+}
+impl Handler<Watch> for Counter {
+    fn handle(&mut self, Watch { to }: Watch, _: &mut Context<Self>) {
+        self.watchers.push(to);
+    }
+}
+impl RemoteActor for Counter {
+    const NAME: &'static str = "example.counter.Counter";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<Add>().handle::<Watch>();
+    }
+}
+
+/// Prints what the counter reports, on the client's node.
+struct Printer(std::sync::mpsc::Sender<u64>);
+impl Actor for Printer {}
+impl Handler<Changed> for Printer {
+    fn handle(&mut self, c: Changed, _: &mut Context<Self>) {
+        println!("client: the counter reports {c:?}");
+        let _ = self.0.send(c.total);
+    }
+}
+
+fn remote(certs: &Path) -> Result<troubadour_remote::RemoteBuilder, Box<dyn std::error::Error>> {
+    let tls = TlsConfig::from_pem(
+        &std::fs::read(certs.join("node.pem"))?,
+        &std::fs::read(certs.join("node.key"))?,
+        &std::fs::read(certs.join("ca.pem"))?,
+    )?;
+    Ok(Remote::builder("example-cluster", Security::Tls(tls))
+        .register::<Add>()
+        .register::<Watch>()
+        .register::<Changed>())
+}
+
+// ---- the two programs ----------------------------------------------------------
+
+fn serve(addr: SocketAddr, certs: &Path, until: impl FnOnce()) -> Result<(), Box<dyn std::error::Error>> {
+    let system = ActorSystem::builder().name("counter-node").build();
+    let remote = system.block_on(remote(certs)?.listen(addr).start(&system))?;
+    let counter = system.spawn(Counter::default())?;
+    remote.expose("counter", &counter)?;
+    println!("serve: the counter is exposed as \"counter\" on {addr}");
+    until();
+    Ok(())
+}
+
+fn client(addr: SocketAddr, certs: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    let system = ActorSystem::builder().name("client-node").build();
+    // Recipients of `Changed` the counter gets travel as references.
+    let remote = system.block_on(remote(certs)?.start(&system))?;
+    let counter: ActorRef<Counter> = system.block_on(remote.lookup::<Counter>(addr, "counter"))?;
+    println!("client: found {counter:?}");
+
+    let (tx, rx) = std::sync::mpsc::channel();
+    let printer = system.spawn(Printer(tx))?;
+    counter.tell(Watch {
+        to: printer.recipient(),
+    })?;
+    counter.tell(Add(10))?;
+    let total = counter.ask(Add(5)).timeout(Duration::from_secs(5)).wait()?;
+    println!("client: after adding 10 and 5 the total is {total}");
+    // The two reports arrive in order, the last one with the same total.
+    let reports: Vec<u64> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(5)))
+        .collect::<Result<_, _>>()?;
+    assert_eq!(reports.last(), Some(&total));
+    Ok(())
+}
+
+/// A CA and one certificate for 127.0.0.1 and localhost, written to `dir`.
+/// For trying the example only: a real cluster's CA key stays offline.
+fn certs(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
+    use rcgen::{
+        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
+        KeyPair, KeyUsagePurpose, SanType,
+    };
+    std::fs::create_dir_all(dir)?;
+    let ca_key = KeyPair::generate()?;
+    let mut ca = CertificateParams::new(Vec::<String>::new())?;
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "troubadour example CA - FOR TESTS ONLY");
+    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    let ca_cert = ca.self_signed(&ca_key)?;
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate()?;
+    let mut node = CertificateParams::new(vec!["localhost".to_string()])?;
+    node.subject_alt_names
+        .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
+    node.extended_key_usages = vec![
+        ExtendedKeyUsagePurpose::ServerAuth,
+        ExtendedKeyUsagePurpose::ClientAuth,
+    ];
+    let cert = node.signed_by(&key, &issuer)?;
+    std::fs::write(dir.join("ca.pem"), ca_cert.pem())?;
+    std::fs::write(dir.join("node.pem"), cert.pem())?;
+    std::fs::write(dir.join("node.key"), key.serialize_pem())?;
+    println!("certs: wrote ca.pem, node.pem, node.key to {}", dir.display());
+    Ok(())
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let usage = "usage: remote_counter certs DIR | serve ADDR DIR | client ADDR DIR | demo";
+    match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+        ["certs", dir] => certs(Path::new(dir)),
+        ["serve", addr, dir] => serve(addr.parse()?, Path::new(dir), || {
+            println!("serve: press Enter to stop");
+            let _ = std::io::stdin().read_line(&mut String::new());
+        }),
+        ["client", addr, dir] => client(addr.parse()?, Path::new(dir)),
+        ["demo"] => {
+            // Both sides in one process: what CI runs.
+            let dir = std::env::temp_dir().join(format!("remote-counter-{}", std::process::id()));
+            certs(&dir)?;
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+            let server_dir = dir.clone();
+            let server = std::thread::spawn(move || {
+                serve(addr, &server_dir, || {
+                    let _ = ready_tx.send(());
+                    let _ = stop_rx.recv();
+                })
+                .map_err(|e| e.to_string())
+            });
+            ready_rx.recv()?;
+            let result = client(addr, &dir);
+            let _ = stop_tx.send(());
+            server.join().map_err(|_| "the server panicked")??;
+            let _ = std::fs::remove_dir_all(&dir);
+            result
+        }
+        _ => Err(usage.into()),
+    }
+}
