@@ -112,7 +112,11 @@ fn remote(certs: &Path) -> Result<troubadour_remote::RemoteBuilder, Box<dyn std:
 
 // ---- the two programs ----------------------------------------------------------
 
-fn serve(addr: SocketAddr, certs: &Path, until: impl FnOnce()) -> Result<(), Box<dyn std::error::Error>> {
+fn serve(
+    addr: SocketAddr,
+    certs: &Path,
+    until: impl FnOnce(),
+) -> Result<(), Box<dyn std::error::Error>> {
     let system = ActorSystem::builder().name("counter-node").build();
     let remote = system.block_on(remote(certs)?.listen(addr).start(&system))?;
     let counter = system.spawn(Counter::default())?;
@@ -158,7 +162,10 @@ fn certs(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca.distinguished_name
         .push(DnType::CommonName, "troubadour example CA - FOR TESTS ONLY");
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::DigitalSignature];
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
     let ca_cert = ca.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate()?;
@@ -173,7 +180,10 @@ fn certs(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     std::fs::write(dir.join("ca.pem"), ca_cert.pem())?;
     std::fs::write(dir.join("node.pem"), cert.pem())?;
     std::fs::write(dir.join("node.key"), key.serialize_pem())?;
-    println!("certs: wrote ca.pem, node.pem, node.key to {}", dir.display());
+    println!(
+        "certs: wrote ca.pem, node.pem, node.key to {}",
+        dir.display()
+    );
     Ok(())
 }
 
@@ -191,7 +201,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             // Both sides in one process: what CI runs.
             let dir = std::env::temp_dir().join(format!("remote-counter-{}", std::process::id()));
             certs(&dir)?;
-            let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .port();
             let addr: SocketAddr = ([127, 0, 0, 1], port).into();
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();

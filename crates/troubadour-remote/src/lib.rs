@@ -42,6 +42,7 @@ pub mod codec;
 pub mod connection;
 pub mod frame;
 pub mod handshake;
+mod link;
 mod messages;
 mod node;
 mod peer;

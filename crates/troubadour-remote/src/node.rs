@@ -15,6 +15,7 @@ use troubadour::{ActorRef, NodeId, SystemHandle};
 use crate::codec::DEFAULT_MAX_DEPTH;
 use crate::connection::{ConnectError, Connection, Endpoint, Listener, Security};
 use crate::frame::Limits;
+use crate::link::NodeLink;
 use crate::messages::{export_actor, Encoders, Export, ExportActorFn, RemoteActor, RemoteMessage};
 use crate::peer::Peer;
 
@@ -31,6 +32,7 @@ pub(crate) struct Config {
     pub max_depth: usize,
     pub remote_ask_limit: Duration,
     pub lookup_timeout: Duration,
+    pub node_down_after: Duration,
 }
 
 impl Default for Config {
@@ -42,6 +44,7 @@ impl Default for Config {
             max_depth: DEFAULT_MAX_DEPTH,
             remote_ask_limit: Duration::from_secs(300),
             lookup_timeout: Duration::from_secs(10),
+            node_down_after: Duration::from_secs(30),
         }
     }
 }
@@ -86,6 +89,7 @@ pub(crate) struct Shared {
     pub listen_addr: Option<SocketAddr>,
     exports: RwLock<Exports>,
     peers: Mutex<Peers>,
+    shut: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -114,9 +118,11 @@ impl Exports {
 
 #[derive(Default)]
 struct Peers {
-    /// Connections this node dialled, by the address dialled.
-    dialled: HashMap<SocketAddr, Arc<Peer>>,
-    /// Every live connection.
+    /// Every node known, by name and incarnation.
+    links: HashMap<(String, u64), Arc<NodeLink>>,
+    /// Nodes this node dialled, by the address dialled.
+    dialled: HashMap<SocketAddr, Arc<NodeLink>>,
+    /// Every connection not yet lost (for shutdown).
     all: Vec<Arc<Peer>>,
 }
 
@@ -235,10 +241,10 @@ impl Shared {
     /// What a received reference stands for: an actor of this node, of the
     /// peer it came from, or of a third node this one is connected to.
     pub(crate) fn resolve_ref(
-        &self,
+        self: &Arc<Self>,
         wire: &WireRef,
         want: TypeId,
-        from: &Arc<Peer>,
+        from: &Arc<NodeLink>,
     ) -> Result<Resolved, String> {
         let local = self.system.node();
         if wire.node == local.name() && wire.incarnation == local.incarnation() {
@@ -255,49 +261,62 @@ impl Shared {
                 .map(Resolved::Local)
                 .ok_or_else(|| "the exported reference has another type".to_string());
         }
-        let peer = if from.node.name() == wire.node && from.node.incarnation() == wire.incarnation {
+        let link = if from.node.name() == wire.node && from.node.incarnation() == wire.incarnation {
             from.clone()
         } else {
-            lock(&self.peers)
-                .all
-                .iter()
-                .find(|p| {
-                    !p.is_lost()
-                        && p.node.name() == wire.node
-                        && p.node.incarnation() == wire.incarnation
-                })
-                .cloned()
-                .ok_or_else(|| {
-                    format!(
-                        "the reference names an actor of node {} ({}), to which this node has \
-                         no connection",
-                        wire.node,
-                        wire.address.as_deref().unwrap_or("address unknown")
-                    )
-                })?
+            // A third node: connected already, or dialled on the first send.
+            let address = wire.address.as_deref().and_then(|a| a.parse().ok());
+            let node = NodeId::remote(&wire.node, address, wire.incarnation)
+                .map_err(|e| format!("the reference names an impossible node: {e}"))?;
+            if self
+                .endpoint
+                .declared_down()
+                .contains(&wire.node, wire.incarnation)
+            {
+                return Err(format!(
+                    "the reference names node {}, which is down",
+                    wire.node
+                ));
+            }
+            let link = self.link_for(&node);
+            if let Some(a) = address {
+                link.set_dial(a);
+            }
+            link
         };
-        let id = troubadour::ActorId::on(&peer.node, wire.serial)
+        let id = troubadour::ActorId::on(&link.node, wire.serial)
             .ok_or_else(|| format!("invalid actor number {} in a reference", wire.serial))?;
         Ok(Resolved::Remote {
             id,
-            route: peer.route(),
+            route: link.route(),
         })
     }
 
-    /// The `Arc` of a live peer.
-    pub(crate) fn peer_arc(&self, peer: &Peer) -> Option<Arc<Peer>> {
-        lock(&self.peers)
-            .all
-            .iter()
-            .find(|p| std::ptr::eq(&***p, peer))
-            .cloned()
+    /// A lost connection leaves the list of live ones.
+    pub(crate) fn forget(&self, peer: &Peer) {
+        lock(&self.peers).all.retain(|p| !std::ptr::eq(&**p, peer));
     }
 
-    /// A lost connection leaves the tables, so the next lookup dials anew.
-    pub(crate) fn forget(&self, peer: &Peer) {
+    /// A node declared down leaves the tables, so a lookup of its address
+    /// dials anew (and finds whichever node listens there now).
+    pub(crate) fn forget_link(&self, link: &NodeLink) {
         let mut peers = lock(&self.peers);
-        peers.dialled.retain(|_, p| !std::ptr::eq(&**p, peer));
-        peers.all.retain(|p| !std::ptr::eq(&**p, peer));
+        peers.links.retain(|_, l| !std::ptr::eq(&**l, link));
+        peers.dialled.retain(|_, l| !std::ptr::eq(&**l, link));
+    }
+
+    /// The link of `node`, made on first sight.
+    pub(crate) fn link_for(self: &Arc<Self>, node: &NodeId) -> Arc<NodeLink> {
+        lock(&self.peers)
+            .links
+            .entry((node.name().to_string(), node.incarnation()))
+            .or_insert_with(|| NodeLink::new(node.clone(), self))
+            .clone()
+    }
+
+    /// Whether this node's remote layer was shut down: nothing reconnects.
+    pub(crate) fn is_shut(&self) -> bool {
+        self.shut.load(Ordering::Acquire)
     }
 }
 
@@ -444,6 +463,13 @@ impl RemoteBuilder {
         self
     }
 
+    /// How long reconnecting to a lost node may fail before the node is
+    /// declared down for good (default 30 s).
+    pub fn node_down_after(mut self, after: Duration) -> Self {
+        self.config.node_down_after = after;
+        self
+    }
+
     /// How long TCP, TLS and the handshake may take (default 10 s).
     pub fn handshake_timeout(mut self, timeout: Duration) -> Self {
         self.handshake_timeout = Some(timeout);
@@ -488,6 +514,7 @@ impl RemoteBuilder {
             listen_addr: local_addr,
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),
+            shut: std::sync::atomic::AtomicBool::new(false),
         });
         let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
         Ok(Remote {
@@ -514,7 +541,7 @@ async fn accept_loop(shared: Arc<Shared>, listener: Listener) {
         tokio::spawn(async move {
             match incoming.establish().await {
                 Ok(conn) => {
-                    let _ = attach(&shared, conn);
+                    let _ = attach(&shared, conn, None);
                 }
                 Err(_) => {
                     shared
@@ -527,17 +554,24 @@ async fn accept_loop(shared: Arc<Shared>, listener: Listener) {
     }
 }
 
-/// Enters an established connection's node and starts its tasks.
-fn attach(shared: &Arc<Shared>, conn: Connection) -> Option<Arc<Peer>> {
+/// Enters an established connection's node and starts its tasks;
+/// `dialled`: the address this node dialled to reach it.
+pub(crate) fn attach(
+    shared: &Arc<Shared>,
+    conn: Connection,
+    dialled: Option<SocketAddr>,
+) -> Option<Arc<Peer>> {
     let (stream, decoder, identity) = conn.into_parts();
-    let node = NodeId::remote(
-        &identity.node_name,
-        Some(identity.addr),
-        identity.incarnation,
-    )
-    .ok()?;
-    let peer = Peer::start(shared.clone(), node, stream, decoder);
+    let node = NodeId::remote(&identity.node_name, dialled, identity.incarnation).ok()?;
+    let link = shared.link_for(&node);
+    let peer = Peer::new(shared, link.clone());
     lock(&shared.peers).all.push(peer.clone());
+    peer.run(stream, decoder);
+    link.install(&peer);
+    if let Some(addr) = dialled {
+        link.set_dial(addr);
+        lock(&shared.peers).dialled.insert(addr, link);
+    }
     Some(peer)
 }
 
@@ -653,13 +687,15 @@ impl Remote {
     /// Whether the connection to the node at `addr` is encrypted (mutual
     /// TLS); `None` without one.
     pub fn is_tls(&self, addr: SocketAddr) -> Option<bool> {
-        lock(&self.shared.peers).dialled.get(&addr).map(|p| p.tls)
+        let link = lock(&self.shared.peers).dialled.get(&addr).cloned()?;
+        link.live().map(|p| p.is_tls())
     }
 
     /// Closes every connection (their asks end with `ConnectionLost`,
     /// their monitors and links fire with `NoConnection`) and stops
     /// listening.
     pub fn shutdown(&self) {
+        self.shared.shut.store(true, Ordering::Release);
         if let Some(t) = &self.accept_task {
             t.abort();
         }
@@ -670,26 +706,13 @@ impl Remote {
     }
 
     async fn peer(&self, addr: SocketAddr) -> Result<Arc<Peer>, ConnectError> {
-        if let Some(p) = lock(&self.shared.peers).dialled.get(&addr) {
-            if !p.is_lost() {
-                return Ok(p.clone());
-            }
+        let known = lock(&self.shared.peers).dialled.get(&addr).cloned();
+        if let Some(peer) = known.and_then(|link| link.current()) {
+            return Ok(peer);
         }
         let server_name = addr.ip().to_string();
         let conn = self.shared.endpoint.connect(addr, &server_name).await?;
-        let peer = attach(&self.shared, conn).ok_or(ConnectError::Closed)?;
-        let mut peers = lock(&self.shared.peers);
-        // Two lookups racing to dial: keep the first connection.
-        if let Some(p) = peers.dialled.get(&addr) {
-            if !p.is_lost() {
-                let first = p.clone();
-                drop(peers);
-                peer.close();
-                return Ok(first);
-            }
-        }
-        peers.dialled.insert(addr, peer.clone());
-        Ok(peer)
+        attach(&self.shared, conn, Some(addr)).ok_or(ConnectError::Closed)
     }
 }
 

@@ -23,8 +23,7 @@
 
 use bytes::BytesMut;
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -39,6 +38,7 @@ use troubadour::{ActorId, AskError, Down, ExitReason, Immediate, NodeId};
 use crate::codec::{decode_payload, serialize_into};
 use crate::connection::Stream;
 use crate::frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, Header, Kind, Lane};
+use crate::link::NodeLink;
 use crate::messages::{Asked, Delivered, PendingReply};
 use crate::node::Shared;
 use crate::wire::{self, reply, Control, DownFrame, ExitFrame, WireReason};
@@ -71,7 +71,8 @@ struct Crossing {
 
 pub(crate) struct Peer {
     pub(crate) node: NodeId,
-    pub(crate) tls: bool,
+    pub(crate) link: Arc<NodeLink>,
+    tls: AtomicBool,
     shared: Arc<Shared>,
     out: Mutex<Outbound>,
     wake_writer: Notify,
@@ -85,17 +86,14 @@ pub(crate) struct Peer {
 }
 
 impl Peer {
-    /// Starts the reader and writer tasks of an established connection.
-    pub(crate) fn start(
-        shared: Arc<Shared>,
-        node: NodeId,
-        stream: Stream,
-        decoder: FrameDecoder,
-    ) -> Arc<Peer> {
-        let tls = matches!(stream, Stream::Tls(_));
-        let peer = Arc::new(Peer {
-            node,
-            tls,
+    /// A connection to `link`'s node with nothing under it yet: what is
+    /// sent waits in its buffers until [`run`](Self::run) (or is dropped
+    /// with it if no connection comes).
+    pub(crate) fn new(shared: &Arc<Shared>, link: Arc<NodeLink>) -> Arc<Peer> {
+        Arc::new(Peer {
+            node: link.node.clone(),
+            link,
+            tls: AtomicBool::new(false),
             shared: shared.clone(),
             out: Mutex::new(Outbound {
                 control: BytesMut::with_capacity(4096),
@@ -113,20 +111,80 @@ impl Peer {
             lost: AtomicBool::new(false),
             closed: Notify::new(),
             sent_frames: AtomicU64::new(0),
+        })
+    }
+
+    /// Starts the reader and writer tasks on an established connection,
+    /// and tells the peer where this node listens.
+    pub(crate) fn run(self: &Arc<Self>, stream: Stream, decoder: FrameDecoder) {
+        self.tls
+            .store(matches!(stream, Stream::Tls(_)), Ordering::Release);
+        self.link.connected();
+        self.queue_control(&Control::Hello {
+            listen: self.shared.listen_addr.map(|a| a.to_string()),
         });
         let (reader, writer) = tokio::io::split(stream);
-        let rt = shared.runtime.clone();
-        let p = peer.clone();
+        let rt = self.shared.runtime.clone();
+        let p = self.clone();
         rt.spawn(async move {
             let reason = p.clone().write_loop(writer).await;
             p.lose(reason);
         });
-        let p = peer.clone();
+        let p = self.clone();
         rt.spawn(async move {
             let reason = p.clone().read_loop(reader, decoder).await;
             p.lose(reason);
         });
-        peer
+    }
+
+    /// Dials the node again at `addr` after `delay`, and runs on the
+    /// connection if it is still the same node (name and incarnation).
+    pub(crate) fn dial(self: &Arc<Self>, addr: SocketAddr, delay: Duration) {
+        let p = self.clone();
+        self.shared.runtime.spawn(async move {
+            if !delay.is_zero() {
+                tokio::select! {
+                    _ = tokio::time::sleep(delay) => {}
+                    _ = p.closed.notified() => return,
+                }
+            }
+            if p.is_lost() {
+                return;
+            }
+            match p
+                .shared
+                .endpoint
+                .connect(addr, &addr.ip().to_string())
+                .await
+            {
+                Ok(conn) => {
+                    let who = conn.peer();
+                    if who.node_name == p.node.name() && who.incarnation == p.node.incarnation() {
+                        let (stream, decoder, _) = conn.into_parts();
+                        p.run(stream, decoder);
+                    } else {
+                        // Another incarnation listens there now: the node
+                        // restarted, and the one we knew is gone for good.
+                        let reason = format!(
+                            "{addr} is now node {} incarnation {:#x}: the node restarted",
+                            who.node_name, who.incarnation
+                        );
+                        p.link.declare_down();
+                        p.lose(reason);
+                        crate::node::attach(&p.shared, conn, Some(addr));
+                    }
+                }
+                Err(e) => {
+                    p.link.failed();
+                    p.lose(format!("reconnecting to {addr} failed: {e}"));
+                }
+            }
+        });
+    }
+
+    /// Whether the connection is encrypted (mutual TLS).
+    pub(crate) fn is_tls(&self) -> bool {
+        self.tls.load(Ordering::Acquire)
     }
 
     pub(crate) fn is_lost(&self) -> bool {
@@ -495,6 +553,11 @@ impl Peer {
         let node = &self.node;
         match control {
             Control::Heartbeat => {}
+            Control::Hello { listen } => {
+                if let Some(addr) = listen.and_then(|a| a.parse().ok()) {
+                    self.link.set_dial(addr);
+                }
+            }
             Control::Lookup {
                 request,
                 name,
@@ -661,8 +724,8 @@ impl Peer {
         }
     }
 
-    pub(crate) fn route(self: &Arc<Self>) -> Arc<dyn Route> {
-        Arc::new(PeerRoute(self.clone()))
+    pub(crate) fn route(&self) -> Arc<dyn Route> {
+        self.link.route()
     }
 }
 
@@ -672,12 +735,13 @@ fn tracing_note(node: &NodeId, reason: &str) {
     let _ = (node, reason);
 }
 
-/// The route of every proxy for an actor of one peer.
-struct PeerRoute(Arc<Peer>);
-
-impl Route for PeerRoute {
-    fn send(&self, message: &mut Outgoing<'_>) -> Result<(), Refusal> {
-        let peer = &self.0;
+impl Peer {
+    /// A message for one of the node's actors (see `link.rs`'s route).
+    pub(crate) fn send_message(
+        self: &Arc<Self>,
+        message: &mut Outgoing<'_>,
+    ) -> Result<(), Refusal> {
+        let peer = self;
         if peer.is_lost() {
             return Err(Refusal::Stopped);
         }
@@ -728,8 +792,9 @@ impl Route for PeerRoute {
         Ok(())
     }
 
-    fn signal(&self, to: ActorId, signal: OutgoingSignal) {
-        let peer = &self.0;
+    /// A signal for one of the node's actors.
+    pub(crate) fn send_signal(&self, to: ActorId, signal: OutgoingSignal) {
+        let peer = self;
         let to_serial = to.serial();
         if peer.is_lost() {
             match signal {
@@ -819,19 +884,13 @@ impl Route for PeerRoute {
         peer.queue_control(&control);
     }
 
-    fn is_alive(&self, _: ActorId) -> bool {
-        !self.0.is_lost()
-    }
-
-    fn room(&self, _: ActorId) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
-        Box::pin(async move {
-            let peer = &self.0;
-            let notified = peer.room.notified();
-            let full = lock(&peer.out).user.len() >= peer.shared.config.outbound_queue_bytes;
-            if full && !peer.is_lost() {
-                notified.await;
-            }
-        })
+    /// Resolves when the outbound buffer may have room again.
+    pub(crate) async fn room(&self) {
+        let notified = self.room.notified();
+        let full = lock(&self.out).user.len() >= self.shared.config.outbound_queue_bytes;
+        if full && !self.is_lost() {
+            notified.await;
+        }
     }
 }
 
@@ -843,12 +902,8 @@ impl RefCodec for Peer {
     }
 
     fn decode(&self, wire: &WireRef, want: std::any::TypeId) -> Result<Resolved, String> {
-        let me = self
-            .shared
-            .peer_arc(self)
-            .ok_or("the connection the reference came on is gone")?;
         self.shared
-            .resolve_ref(wire, want, &me)
+            .resolve_ref(wire, want, &self.link)
             .inspect_err(|e| crate::messages::note_ref_error(e))
     }
 

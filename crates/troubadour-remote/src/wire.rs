@@ -63,6 +63,9 @@ pub(crate) enum Control {
     StopGracefully { to: u64 },
     /// Sent when a connection has been idle for a heartbeat interval.
     Heartbeat,
+    /// First on every connection: where the sender listens, so that the
+    /// other side can reconnect to it.
+    Hello { listen: Option<String> },
 }
 
 /// A `Down` on the wire: `target` (an actor of the sending node) ended.

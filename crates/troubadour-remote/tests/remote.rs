@@ -552,7 +552,10 @@ fn a_monitor_of_a_remote_actor_gets_its_exit_reason() {
 
 #[test]
 fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
-    let (alpha, beta) = pair();
+    let ca = Ca::new("test CA");
+    // Declared down at the first failed reconnect.
+    let alpha = node("alpha", &ca, |b| b.node_down_after(Duration::ZERO));
+    let beta = node("beta", &ca, |b| b);
     let (_, store) = store_on_beta(&alpha, &beta);
     let (tx, rx) = mpsc::channel();
     let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
@@ -584,8 +587,110 @@ fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
         wait(&alpha.system, linked.wait_stopped()),
         ExitReason::NoConnection
     );
-    assert!(!store.is_alive());
-    assert_eq!(store.tell(Add(1)), Err(SendError::Stopped(Add(1))));
+    // The next send tries to reconnect; nothing listens any more, so the
+    // node is declared down and its actors refuse sends as stopped ones.
+    let _ = store.tell(Add(1));
+    eventually(|| !store.is_alive());
+    assert_eq!(store.tell(Add(2)), Err(SendError::Stopped(Add(2))));
+    assert_eq!(store.ask(Get).wait(), Err(AskError::Stopped));
+}
+
+/// Waits (hang guard only) until `cond` holds.
+fn eventually(cond: impl Fn() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < GUARD,
+            "hang guard: the condition never held"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Starts networking `system` again at `addr` (retrying while the old
+/// listener's port is released), exposing `store` as "store".
+fn restart_remote(system: &ActorSystem, ca: &Ca, name: &str, addr: SocketAddr) -> Remote {
+    let start = std::time::Instant::now();
+    loop {
+        let security = Security::Tls(ca.tls(name, ca));
+        match system.block_on(builder(security).listen(addr).start(system)) {
+            Ok(r) => return r,
+            Err(e) => {
+                assert!(start.elapsed() < GUARD, "could not listen again: {e}");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+    }
+}
+
+#[test]
+fn a_lost_connection_is_reestablished_by_the_next_send() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let (local, store) = store_on_beta(&alpha, &beta);
+    let (tx, downs) = mpsc::channel();
+    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
+    let s = store.clone();
+    watcher
+        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    store.tell(Add(1)).unwrap();
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    let addr = beta.addr();
+    beta.remote.shutdown();
+    drop(beta.remote);
+    // Alpha has noticed: what was sent before is lost with the old
+    // connection (at most once), what is sent from now on reconnects.
+    assert_eq!(
+        downs.recv_timeout(GUARD).unwrap(),
+        "down: noconnection (the connection to the actor's node was lost)"
+    );
+    // Same system, same incarnation, listening again on the same address.
+    let again = restart_remote(&beta.system, &ca, "beta", addr);
+    again.expose("store", &local).unwrap();
+    // The old reference works again; what is sent while reconnecting waits
+    // in the new connection's buffer and arrives in order.
+    eventually(|| store.tell(Add(2)).is_ok());
+    store.tell(Add(3)).unwrap();
+    let got = store.ask(Get).timeout(GUARD).wait().unwrap();
+    assert_eq!(got[0], 1);
+    assert_eq!(&got[got.len() - 2..], [2, 3]);
+}
+
+#[test]
+fn a_restarted_node_is_a_new_node_and_the_old_one_is_declared_down() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let (_, old_store) = store_on_beta(&alpha, &beta);
+    old_store.tell(Add(1)).unwrap();
+    old_store.ask(Get).timeout(GUARD).wait().unwrap();
+    let addr = beta.addr();
+    beta.remote.shutdown();
+    drop(beta);
+    // A new process would be a new system: a new incarnation.
+    let system = ActorSystem::builder().name("beta").build();
+    let remote = restart_remote(&system, &ca, "beta", addr);
+    let fresh = system.spawn(Store::default()).unwrap();
+    remote.expose("store", &fresh).unwrap();
+    // The old reference reconnects, finds another incarnation: the old
+    // node is declared down, its actors refuse sends as stopped ones.
+    let _ = old_store.tell(Add(2));
+    eventually(|| !old_store.is_alive());
+    assert_eq!(old_store.tell(Add(3)), Err(SendError::Stopped(Add(3))));
+    // A new lookup reaches the new node, which never saw the old messages.
+    let new_store = alpha
+        .system
+        .block_on(alpha.remote.lookup::<Store>(addr, "store"))
+        .unwrap();
+    assert_ne!(new_store.id().node(), old_store.id().node());
+    assert_eq!(
+        new_store.ask(Get).timeout(GUARD).wait().unwrap(),
+        Vec::<u64>::new()
+    );
 }
 
 #[test]

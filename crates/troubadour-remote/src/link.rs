@@ -1,0 +1,209 @@
+//! One other node as this node knows it, across its connections: the
+//! [`Route`] every proxy of its actors sends through, which survives a lost
+//! connection and reconnects.
+//!
+//! A connection is a [`Peer`]; when it is lost, everything waiting on it
+//! ends at once (asks with `ConnectionLost`, monitors and links with
+//! `NoConnection`, as Erlang does on a lost connection). The node is not
+//! gone for that: the next send to one of its actors opens a new
+//! connection to the address it listens on (known from dialling it, or
+//! from its `Hello`), after a backoff that doubles with every failed
+//! attempt (100 ms up to 5 s). Messages sent meanwhile wait in the new
+//! connection's bounded buffer.
+//!
+//! The node is declared down, for good, when a reconnect finds another
+//! incarnation at its address (it restarted: a new node) or when attempts
+//! have failed for longer than `node_down_after` (30 s by default). Its
+//! incarnation goes into the endpoint's `DeclaredDown` set, so its
+//! handshakes are refused from then on, and its proxies refuse sends as
+//! stopped actors do (dead letters).
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+use troubadour::remote::{Outgoing, OutgoingSignal, Refusal, Route};
+use troubadour::{ActorId, ExitReason, NodeId};
+
+use crate::node::Shared;
+use crate::peer::Peer;
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+pub(crate) struct NodeLink {
+    pub(crate) node: NodeId,
+    shared: Weak<Shared>,
+    state: Mutex<LinkState>,
+    down: AtomicBool,
+}
+
+#[derive(Default)]
+struct LinkState {
+    /// The connection in use: established, or being dialled.
+    current: Option<Arc<Peer>>,
+    /// Where the node listens, if known.
+    dial: Option<SocketAddr>,
+    /// Consecutive failed attempts, and since when.
+    failures: u32,
+    failing_since: Option<Instant>,
+}
+
+impl NodeLink {
+    pub(crate) fn new(node: NodeId, shared: &Arc<Shared>) -> Arc<NodeLink> {
+        Arc::new(NodeLink {
+            node,
+            shared: Arc::downgrade(shared),
+            state: Mutex::new(LinkState::default()),
+            down: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn is_down(&self) -> bool {
+        self.down.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn dial_addr(&self) -> Option<SocketAddr> {
+        lock(&self.state).dial
+    }
+
+    /// Learns where the node listens (first answer wins).
+    pub(crate) fn set_dial(&self, addr: SocketAddr) {
+        lock(&self.state).dial.get_or_insert(addr);
+    }
+
+    /// Makes an established connection the one in use, unless a live one
+    /// is (then both stay up and this one only serves what the peer sends
+    /// on it).
+    pub(crate) fn install(&self, peer: &Arc<Peer>) {
+        let mut s = lock(&self.state);
+        if s.current.as_ref().is_none_or(|c| c.is_lost()) {
+            s.current = Some(peer.clone());
+        }
+    }
+
+    /// The connection to send on: the live one, or a new one being dialled
+    /// (after the backoff); `None` when the node is down or its address is
+    /// unknown.
+    pub(crate) fn current(self: &Arc<Self>) -> Option<Arc<Peer>> {
+        if self.is_down() {
+            return None;
+        }
+        let shared = self.shared.upgrade()?;
+        let mut s = lock(&self.state);
+        if let Some(c) = &s.current {
+            if !c.is_lost() {
+                return Some(c.clone());
+            }
+        }
+        if shared.is_shut() {
+            return None;
+        }
+        let addr = s.dial?;
+        let backoff = match s.failures {
+            0 => Duration::ZERO,
+            n => (FIRST_BACKOFF * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
+        };
+        let peer = Peer::new(&shared, self.clone());
+        s.current = Some(peer.clone());
+        drop(s);
+        peer.dial(addr, backoff);
+        Some(peer)
+    }
+
+    /// A connection was established: the failure count starts over.
+    pub(crate) fn connected(&self) {
+        let mut s = lock(&self.state);
+        s.failures = 0;
+        s.failing_since = None;
+    }
+
+    /// A dial failed; past `node_down_after` of failures the node is
+    /// declared down.
+    pub(crate) fn failed(&self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let give_up = {
+            let mut s = lock(&self.state);
+            s.failures += 1;
+            let since = *s.failing_since.get_or_insert_with(Instant::now);
+            since.elapsed() >= shared.config.node_down_after
+        };
+        if give_up {
+            self.declare_down();
+        }
+    }
+
+    /// The node is gone for good (see the module docs).
+    pub(crate) fn declare_down(&self) {
+        if self.down.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if let Some(shared) = self.shared.upgrade() {
+            shared
+                .endpoint
+                .declared_down()
+                .declare(self.node.name(), self.node.incarnation());
+            shared.forget_link(self);
+        }
+        let current = lock(&self.state).current.take();
+        if let Some(peer) = current {
+            peer.close();
+        }
+    }
+
+    /// The connection in use, if one is, without dialling.
+    pub(crate) fn live(&self) -> Option<Arc<Peer>> {
+        lock(&self.state)
+            .current
+            .as_ref()
+            .filter(|p| !p.is_lost())
+            .cloned()
+    }
+
+    pub(crate) fn route(self: &Arc<Self>) -> Arc<dyn Route> {
+        Arc::new(NodeRoute(self.clone()))
+    }
+}
+
+/// The route of every proxy for an actor of one node.
+struct NodeRoute(Arc<NodeLink>);
+
+impl Route for NodeRoute {
+    fn send(&self, message: &mut Outgoing<'_>) -> Result<(), Refusal> {
+        match self.0.current() {
+            Some(peer) => peer.send_message(message),
+            None => Err(Refusal::Stopped),
+        }
+    }
+
+    fn signal(&self, to: ActorId, signal: OutgoingSignal) {
+        match self.0.current() {
+            Some(peer) => peer.send_signal(to, signal),
+            None => match signal {
+                OutgoingSignal::Link(local) => local.exit(to, ExitReason::NoConnection),
+                OutgoingSignal::Monitor(w) => w.notify(to, ExitReason::NoConnection),
+                _ => {}
+            },
+        }
+    }
+
+    fn is_alive(&self, _: ActorId) -> bool {
+        !self.0.is_down() && (self.0.live().is_some() || self.0.dial_addr().is_some())
+    }
+
+    fn room(&self, _: ActorId) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            if let Some(peer) = self.0.live() {
+                peer.room().await;
+            }
+        })
+    }
+}
