@@ -184,6 +184,17 @@ impl Handler<Down> for Watcher {
         let _ = self.0.send(format!("down: {}", d.reason));
     }
 }
+impl Handler<Answer> for Watcher {
+    fn handle(&mut self, Answer(n): Answer, _: &mut Context<Self>) {
+        let _ = self.0.send(format!("answer {n}"));
+    }
+}
+impl RemoteActor for Watcher {
+    const NAME: &'static str = "test.Watcher";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<Answer>();
+    }
+}
 struct Do(Box<dyn FnOnce(&mut Context<Watcher>) + Send>);
 impl Message for Do {
     type Reply = ();
@@ -285,7 +296,46 @@ impl RemoteActor for Echoer {
             .handle::<AskBack>()
             .handle::<AskBackRecipient>()
             .handle::<WhoAmI>()
-            .handle::<Myself>();
+            .handle::<Myself>()
+            .handle::<Burst>()
+            .handle::<Blob>();
+    }
+}
+
+/// Tells `n` answers to `to`, then stops: the `Down` of a monitor by `to`
+/// must come after all of them.
+#[derive(Serialize, Deserialize)]
+struct Burst {
+    n: u64,
+    to: ActorRef<Watcher>,
+}
+impl Message for Burst {
+    type Reply = ();
+}
+impl RemoteMessage for Burst {
+    const NAME: &'static str = "test.Burst";
+}
+impl Handler<Burst> for Echoer {
+    fn handle(&mut self, Burst { n, to }: Burst, ctx: &mut Context<Self>) {
+        for i in 0..n {
+            to.tell(Answer(i)).unwrap();
+        }
+        ctx.stop();
+    }
+}
+
+/// A large message: over the user lane's cap, under the large lane's.
+#[derive(Serialize, Deserialize)]
+struct Blob(Vec<u8>);
+impl Message for Blob {
+    type Reply = usize;
+}
+impl RemoteMessage for Blob {
+    const NAME: &'static str = "test.Blob";
+}
+impl Handler<Blob> for Echoer {
+    fn handle(&mut self, Blob(b): Blob, _: &mut Context<Self>) -> usize {
+        b.len()
     }
 }
 
@@ -348,7 +398,10 @@ fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
         .register::<WhoAmI>()
         .register::<Myself>()
         .register::<CarriesUnlisted>()
+        .register::<Burst>()
+        .register::<Blob>()
         .actor::<Collector>()
+        .actor::<Watcher>()
         .actor::<Echoer>()
         .listen("127.0.0.1:0".parse().unwrap())
 }
@@ -901,4 +954,148 @@ fn a_reference_to_an_unregistered_actor_type_is_a_typed_error_at_the_sender() {
             other.map_err(|e| e.to_string())
         ),
     }
+}
+
+#[test]
+fn a_down_from_another_node_comes_after_the_messages_its_actor_sent_first() {
+    let (alpha, beta) = pair();
+    let (echoer, _log) = echoer_on_beta(&alpha, &beta);
+    let (tx, log) = mpsc::channel();
+    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
+    let e = echoer.clone();
+    watcher
+        .ask(Do(Box::new(move |ctx| ctx.monitor(&e))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    echoer.ask(Myself).timeout(GUARD).wait().unwrap(); // the monitor is in place
+    const N: u64 = 2_000;
+    echoer
+        .tell(Burst {
+            n: N,
+            to: watcher.clone(),
+        })
+        .unwrap();
+    for i in 0..N {
+        assert_eq!(log.recv_timeout(GUARD).unwrap(), format!("answer {i}"));
+    }
+    assert_eq!(log.recv_timeout(GUARD).unwrap(), "down: normal");
+}
+
+#[test]
+fn a_message_over_the_user_cap_travels_on_the_large_lane_and_one_over_every_cap_is_refused() {
+    let (alpha, beta) = pair();
+    let (echoer, _log) = echoer_on_beta(&alpha, &beta);
+    let big = 300 * 1024; // over the 256 KiB user cap
+    assert_eq!(
+        echoer
+            .ask(Blob(vec![7; big]))
+            .timeout(GUARD)
+            .wait()
+            .unwrap(),
+        big
+    );
+    let huge = 17 * 1024 * 1024; // over the 16 MiB large cap
+    match echoer.tell(Blob(vec![7; huge])) {
+        Err(SendError::Unencodable(Blob(back), reason)) => {
+            assert_eq!(back.len(), huge, "the message comes back whole");
+            assert!(
+                reason.contains("cap") || reason.contains("long"),
+                "{reason}"
+            );
+        }
+        other => panic!(
+            "expected Unencodable, got {:?}",
+            other.map_err(|e| e.to_string())
+        ),
+    }
+    // Nothing was written: the connection still works.
+    assert_eq!(
+        echoer.ask(Blob(vec![1; 10])).timeout(GUARD).wait().unwrap(),
+        10
+    );
+    assert_eq!(RemoteStats::get(&beta.remote.stats().framing_errors), 0);
+}
+
+/// The same stable name, two different shapes: what two builds that
+/// disagree about a type send each other.
+#[derive(Serialize, Deserialize)]
+struct MismatchSend(String);
+impl Message for MismatchSend {
+    type Reply = ();
+}
+impl RemoteMessage for MismatchSend {
+    const NAME: &'static str = "test.Mismatch";
+}
+#[derive(Serialize, Deserialize)]
+struct MismatchRecv(u64);
+impl Message for MismatchRecv {
+    type Reply = ();
+}
+impl RemoteMessage for MismatchRecv {
+    const NAME: &'static str = "test.Mismatch";
+}
+struct Strict;
+impl Actor for Strict {}
+impl Handler<MismatchRecv> for Strict {
+    fn handle(&mut self, _: MismatchRecv, _: &mut Context<Self>) {}
+}
+impl Handler<MismatchSend> for Strict {
+    fn handle(&mut self, _: MismatchSend, _: &mut Context<Self>) {}
+}
+impl Handler<Get> for Strict {
+    fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Vec<u64> {
+        vec![42]
+    }
+}
+impl RemoteActor for Strict {
+    const NAME: &'static str = "test.Strict";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<MismatchRecv>().handle::<Get>();
+    }
+}
+
+#[test]
+fn a_payload_that_does_not_decode_is_counted_and_refused_and_the_connection_stays_up() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b.register::<MismatchSend>());
+    let beta = node("beta", &ca, |b| b.register::<MismatchRecv>());
+    let strict = beta.system.spawn(Strict).unwrap();
+    beta.remote.expose("strict", &strict).unwrap();
+    let remote = alpha
+        .system
+        .block_on(alpha.remote.lookup::<Strict>(beta.addr(), "strict"))
+        .unwrap();
+    remote.tell(MismatchSend("not a number".into())).unwrap();
+    match remote
+        .ask(MismatchSend("again".into()))
+        .timeout(GUARD)
+        .wait()
+    {
+        Err(AskError::Refused(reason)) => assert!(reason.contains("did not decode"), "{reason}"),
+        other => panic!("expected Refused, got {other:?}"),
+    }
+    assert_eq!(RemoteStats::get(&beta.remote.stats().undecodable), 2);
+    assert_eq!(remote.ask(Get).timeout(GUARD).wait().unwrap(), [42]);
+}
+
+#[test]
+fn a_silent_peer_is_lost_at_the_heartbeat_timeout() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| {
+        b.heartbeat(Duration::from_millis(20), Duration::from_millis(200))
+    });
+    // A peer that passes TLS and the handshake, then never sends a byte.
+    let endpoint = troubadour_remote::connection::Endpoint::new(
+        CLUSTER,
+        "mute",
+        7,
+        Security::Tls(ca.tls("mute", &ca)),
+    );
+    let conn = alpha
+        .system
+        .block_on(endpoint.connect(alpha.addr(), "127.0.0.1"))
+        .unwrap();
+    eventually(|| RemoteStats::get(&alpha.remote.stats().connections_lost) == 1);
+    drop(conn);
 }
