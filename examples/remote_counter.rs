@@ -152,34 +152,8 @@ fn client(addr: SocketAddr, certs: &Path) -> Result<(), Box<dyn std::error::Erro
 /// A CA and one certificate for 127.0.0.1 and localhost, written to `dir`.
 /// For trying the example only: a real cluster's CA key stays offline.
 fn certs(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, SanType,
-    };
-    std::fs::create_dir_all(dir)?;
-    let ca_key = KeyPair::generate()?;
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "troubadour example CA - FOR TESTS ONLY");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate()?;
-    let mut node = CertificateParams::new(vec!["localhost".to_string()])?;
-    node.subject_alt_names
-        .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
-    node.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = node.signed_by(&key, &issuer)?;
-    std::fs::write(dir.join("ca.pem"), ca_cert.pem())?;
-    std::fs::write(dir.join("node.pem"), cert.pem())?;
-    std::fs::write(dir.join("node.key"), key.serialize_pem())?;
+    let ca = troubadour_remote::dev_certs::DevCa::new("troubadour example CA - FOR TESTS ONLY")?;
+    ca.write_node(dir, "node")?;
     println!(
         "certs: wrote ca.pem, node.pem, node.key to {}",
         dir.display()

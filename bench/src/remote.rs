@@ -291,37 +291,9 @@ fn parse(argv: &[String]) -> Result<Args, String> {
 
 /// A CA for this run and one certificate for 127.0.0.1, in `dir`.
 fn make_certificates(dir: &Path) -> Result<(), String> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer,
-        KeyPair, KeyUsagePurpose, SanType,
-    };
-    let e = |e: rcgen::Error| e.to_string();
-    let ca_key = KeyPair::generate().map_err(e)?;
-    let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.distinguished_name
-        .push(DnType::CommonName, "troubadour-bench CA (this run only)");
-    ca.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let ca_cert = ca.self_signed(&ca_key).map_err(e)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let key = KeyPair::generate().map_err(e)?;
-    let mut node = CertificateParams::new(Vec::<String>::new()).map_err(e)?;
-    node.subject_alt_names
-        .push(SanType::IpAddress(std::net::Ipv4Addr::LOCALHOST.into()));
-    node.extended_key_usages = vec![
-        ExtendedKeyUsagePurpose::ServerAuth,
-        ExtendedKeyUsagePurpose::ClientAuth,
-    ];
-    let cert = node.signed_by(&key, &issuer).map_err(e)?;
-    let w =
-        |name: &str, text: String| std::fs::write(dir.join(name), text).map_err(|e| e.to_string());
-    w("ca.pem", ca_cert.pem())?;
-    w("node.pem", cert.pem())?;
-    w("node.key", key.serialize_pem())?;
-    Ok(())
+    let ca = troubadour_remote::dev_certs::DevCa::new("troubadour-bench CA (this run only)")
+        .map_err(|e| e.to_string())?;
+    ca.write_node(dir, "node").map_err(|e| e.to_string())
 }
 
 fn security(args: &Args, dir: &Path) -> Result<Security, String> {

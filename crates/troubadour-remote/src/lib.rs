@@ -40,6 +40,8 @@
 
 pub mod codec;
 pub mod connection;
+#[cfg(feature = "dev-certs")]
+pub mod dev_certs;
 pub mod frame;
 pub mod handshake;
 mod link;

@@ -583,14 +583,7 @@ fn sends_to_a_stopped_remote_actor_are_dead_letters_counted_on_the_receiving_nod
 fn a_monitor_of_a_remote_actor_gets_its_exit_reason() {
     let (alpha, beta) = pair();
     let (_, store) = store_on_beta(&alpha, &beta);
-    let (tx, rx) = mpsc::channel();
-    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
-    let s = store.clone();
-    watcher
-        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
+    let (_watcher, rx) = watching(&alpha, &store);
     // The monitor request travels on the control lane, which overtakes;
     // an ask round trip makes sure it has arrived before the failure.
     store.ask(Get).timeout(GUARD).wait().unwrap();
@@ -610,22 +603,8 @@ fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
     let alpha = node("alpha", &ca, |b| b.node_down_after(Duration::ZERO));
     let beta = node("beta", &ca, |b| b);
     let (_, store) = store_on_beta(&alpha, &beta);
-    let (tx, rx) = mpsc::channel();
-    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
-    let s = store.clone();
-    watcher
-        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
-    let (tx2, _rx2) = mpsc::channel();
-    let linked = alpha.system.spawn(Watcher(tx2)).unwrap();
-    let s = store.clone();
-    linked
-        .ask(Do(Box::new(move |ctx| ctx.link(&s))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
+    let (_watcher, rx) = watching(&alpha, &store);
+    let (linked, _rx2) = linked_to(&alpha, &store);
     store.ask(Get).timeout(GUARD).wait().unwrap();
     // An ask whose reply never comes, outstanding when the node goes.
     let held = store.ask(Hold).timeout(GUARD);
@@ -646,6 +625,38 @@ fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
     eventually(|| !store.is_alive());
     assert_eq!(store.tell(Add(2)), Err(SendError::Stopped(Add(2))));
     assert_eq!(store.ask(Get).wait(), Err(AskError::Stopped));
+}
+
+/// A local actor on `node` that monitors `target`, and its log.
+fn watching<A: Actor>(
+    node: &Node,
+    target: &ActorRef<A>,
+) -> (ActorRef<Watcher>, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    let watcher = node.system.spawn(Watcher(tx)).unwrap();
+    let t = target.clone();
+    watcher
+        .ask(Do(Box::new(move |ctx| ctx.monitor(&t))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    (watcher, rx)
+}
+
+/// A local actor on `node` linked to `target`, and its log.
+fn linked_to<A: Actor>(
+    node: &Node,
+    target: &ActorRef<A>,
+) -> (ActorRef<Watcher>, mpsc::Receiver<String>) {
+    let (tx, rx) = mpsc::channel();
+    let linked = node.system.spawn(Watcher(tx)).unwrap();
+    let t = target.clone();
+    linked
+        .ask(Do(Box::new(move |ctx| ctx.link(&t))))
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    (linked, rx)
 }
 
 /// Waits (hang guard only) until `cond` holds.
@@ -682,14 +693,7 @@ fn a_lost_connection_is_reestablished_by_the_next_send() {
     let alpha = node("alpha", &ca, |b| b);
     let beta = node("beta", &ca, |b| b);
     let (local, store) = store_on_beta(&alpha, &beta);
-    let (tx, downs) = mpsc::channel();
-    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
-    let s = store.clone();
-    watcher
-        .ask(Do(Box::new(move |ctx| ctx.monitor(&s))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
+    let (_watcher, downs) = watching(&alpha, &store);
     store.tell(Add(1)).unwrap();
     store.ask(Get).timeout(GUARD).wait().unwrap();
     let addr = beta.addr();
@@ -750,14 +754,7 @@ fn a_restarted_node_is_a_new_node_and_the_old_one_is_declared_down() {
 fn a_link_to_a_remote_actor_fails_the_local_one_with_the_remote_reason() {
     let (alpha, beta) = pair();
     let (_, store) = store_on_beta(&alpha, &beta);
-    let (tx, _rx) = mpsc::channel();
-    let linked = alpha.system.spawn(Watcher(tx)).unwrap();
-    let s = store.clone();
-    linked
-        .ask(Do(Box::new(move |ctx| ctx.link(&s))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
+    let (linked, _rx) = linked_to(&alpha, &store);
     store.ask(Get).timeout(GUARD).wait().unwrap();
     store.tell(Fail("remote failure".into())).unwrap();
     assert_eq!(
@@ -960,14 +957,7 @@ fn a_reference_to_an_unregistered_actor_type_is_a_typed_error_at_the_sender() {
 fn a_down_from_another_node_comes_after_the_messages_its_actor_sent_first() {
     let (alpha, beta) = pair();
     let (echoer, _log) = echoer_on_beta(&alpha, &beta);
-    let (tx, log) = mpsc::channel();
-    let watcher = alpha.system.spawn(Watcher(tx)).unwrap();
-    let e = echoer.clone();
-    watcher
-        .ask(Do(Box::new(move |ctx| ctx.monitor(&e))))
-        .timeout(GUARD)
-        .wait()
-        .unwrap();
+    let (watcher, log) = watching(&alpha, &echoer);
     echoer.ask(Myself).timeout(GUARD).wait().unwrap(); // the monitor is in place
     const N: u64 = 2_000;
     echoer

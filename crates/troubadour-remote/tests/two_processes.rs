@@ -147,12 +147,8 @@ fn start_child(ca: &Ca) -> (ChildProcess, SocketAddr, PathBuf) {
         std::process::id(),
         rand_suffix()
     ));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join("ca.pem"), &ca.pem).unwrap();
     for name in ["child", "parent"] {
-        let (cert, key) = ca.node(name);
-        std::fs::write(dir.join(format!("{name}.pem")), cert).unwrap();
-        std::fs::write(dir.join(format!("{name}.key")), key).unwrap();
+        ca.write_node(&dir, name);
     }
     let mut child = Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "child_node", "--nocapture", "--test-threads=1"])

@@ -1,57 +1,36 @@
-//! Helpers shared by the integration tests: a CA made by rcgen for the
-//! tests only, and node certificates issued from it.
+//! Helpers shared by the integration tests: the test CA.
 #![allow(dead_code)]
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
-};
-use std::net::Ipv4Addr;
+use troubadour_remote::dev_certs::DevCa;
 use troubadour_remote::TlsConfig;
 
-/// A CA and the means to issue node certificates from it.
+/// A CA made for one test, and node certificates issued from it.
 pub struct Ca {
     pub pem: String,
-    issuer: Issuer<'static, KeyPair>,
+    ca: DevCa,
 }
 
 impl Ca {
     pub fn new(name: &str) -> Ca {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let cert = params.self_signed(&key).unwrap();
+        let ca = DevCa::new(name).unwrap();
         Ca {
-            pem: cert.pem(),
-            issuer: Issuer::new(params, key),
+            pem: ca.pem().to_string(),
+            ca,
         }
     }
 
     /// A node certificate for `localhost` and 127.0.0.1: (chain PEM, key PEM).
     pub fn node(&self, name: &str) -> (String, String) {
-        let key = KeyPair::generate().unwrap();
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
-        params
-            .subject_alt_names
-            .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));
-        params.distinguished_name.push(DnType::CommonName, name);
-        params.extended_key_usages = vec![
-            ExtendedKeyUsagePurpose::ServerAuth,
-            ExtendedKeyUsagePurpose::ClientAuth,
-        ];
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
+        self.ca.node(name).unwrap()
+    }
+
+    /// Writes `ca.pem`, `<name>.pem`, `<name>.key` into `dir`.
+    pub fn write_node(&self, dir: &std::path::Path, name: &str) {
+        self.ca.write_node(dir, name).unwrap()
     }
 
     /// TLS config for a node with a certificate from this CA, trusting `trust`.
     pub fn tls(&self, name: &str, trust: &Ca) -> TlsConfig {
-        let (chain, key) = self.node(name);
-        TlsConfig::from_pem(chain.as_bytes(), key.as_bytes(), trust.pem.as_bytes()).unwrap()
+        self.ca.tls_trusting(name, &trust.pem).unwrap()
     }
 }

@@ -1,0 +1,141 @@
+//! A certificate authority for tests, examples and benchmarks on one
+//! machine (the `dev-certs` feature): a CA made on the spot with rcgen, and
+//! node certificates for `localhost` and 127.0.0.1 issued from it.
+//!
+//! **Never for production**: the CA's key lives in memory and in whatever
+//! files [`DevCa::write_node`] writes; a real cluster's CA key stays
+//! offline, and its node certificates name the nodes' real addresses.
+//!
+//! ```
+//! use troubadour_remote::dev_certs::DevCa;
+//! let ca = DevCa::new("example CA (tests only)")?;
+//! let tls = ca.tls("node-a")?; // a TlsConfig trusting this CA
+//! # let _ = tls;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, SanType,
+};
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+use crate::connection::{ConfigError, TlsConfig};
+
+/// A CA made for the occasion. See the [module docs](self).
+pub struct DevCa {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+impl DevCa {
+    /// A new CA whose certificate's common name is `name`.
+    pub fn new(name: &str) -> Result<DevCa, rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = params.self_signed(&key)?;
+        Ok(DevCa {
+            pem: cert.pem(),
+            issuer: Issuer::new(params, key),
+        })
+    }
+
+    /// The CA's certificate, PEM.
+    pub fn pem(&self) -> &str {
+        &self.pem
+    }
+
+    /// A node certificate for `localhost` and 127.0.0.1, common name
+    /// `name`, valid as server and client: (certificate PEM, key PEM).
+    pub fn node(&self, name: &str) -> Result<(String, String), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
+        params
+            .subject_alt_names
+            .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));
+        params.distinguished_name.push(DnType::CommonName, name);
+        params.extended_key_usages = vec![
+            ExtendedKeyUsagePurpose::ServerAuth,
+            ExtendedKeyUsagePurpose::ClientAuth,
+        ];
+        let cert = params.signed_by(&key, &self.issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// The TLS configuration of a node `name` with a certificate from this
+    /// CA, trusting `trust`'s certificate (usually this CA's own PEM).
+    pub fn tls_trusting(&self, name: &str, trust: &str) -> Result<TlsConfig, DevCertError> {
+        let (chain, key) = self.node(name)?;
+        Ok(TlsConfig::from_pem(
+            chain.as_bytes(),
+            key.as_bytes(),
+            trust.as_bytes(),
+        )?)
+    }
+
+    /// The TLS configuration of a node `name` of this CA's cluster.
+    pub fn tls(&self, name: &str) -> Result<TlsConfig, DevCertError> {
+        self.tls_trusting(name, &self.pem)
+    }
+
+    /// Writes `ca.pem`, `<name>.pem` and `<name>.key` into `dir` (made if
+    /// missing), for processes that read their certificates from files.
+    pub fn write_node(&self, dir: &Path, name: &str) -> Result<(), DevCertError> {
+        std::fs::create_dir_all(dir)?;
+        let (cert, key) = self.node(name)?;
+        std::fs::write(dir.join("ca.pem"), &self.pem)?;
+        std::fs::write(dir.join(format!("{name}.pem")), cert)?;
+        std::fs::write(dir.join(format!("{name}.key")), key)?;
+        Ok(())
+    }
+}
+
+/// Why a development certificate could not be made or written.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DevCertError {
+    /// rcgen refused.
+    Generate(rcgen::Error),
+    /// The PEM did not load into a TLS configuration.
+    Config(ConfigError),
+    /// Writing the files failed.
+    Io(std::io::Error),
+}
+
+impl std::fmt::Display for DevCertError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DevCertError::Generate(e) => write!(f, "could not generate a certificate: {e}"),
+            DevCertError::Config(e) => write!(f, "the generated certificate did not load: {e}"),
+            DevCertError::Io(e) => write!(f, "could not write the certificate files: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for DevCertError {}
+
+impl From<rcgen::Error> for DevCertError {
+    fn from(e: rcgen::Error) -> Self {
+        DevCertError::Generate(e)
+    }
+}
+
+impl From<ConfigError> for DevCertError {
+    fn from(e: ConfigError) -> Self {
+        DevCertError::Config(e)
+    }
+}
+
+impl From<std::io::Error> for DevCertError {
+    fn from(e: std::io::Error) -> Self {
+        DevCertError::Io(e)
+    }
+}
