@@ -48,6 +48,9 @@ mod link;
 mod messages;
 mod node;
 mod peer;
+#[cfg(feature = "simulation")]
+#[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+pub mod sim;
 mod wire;
 
 pub use connection::{Security, TlsConfig};

@@ -115,6 +115,17 @@ pub(crate) struct Asked {
     pub limit: Duration,
     pub user_cap: usize,
     pub codec: Arc<dyn troubadour::remote::RefCodec>,
+    /// Runs the future that awaits the local reply: a task on the
+    /// system's tokio runtime, or, in a simulation, the simulation's loop.
+    pub runner: Arc<dyn AnswerRunner>,
+}
+
+/// A future that answers one incoming ask.
+pub(crate) type AnswerFuture = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Where answers to incoming asks are awaited.
+pub(crate) trait AnswerRunner: Send + Sync {
+    fn run(&self, answer: AnswerFuture);
 }
 
 /// The remote messages an actor type accepts; filled by
@@ -274,9 +285,10 @@ fn answer_later<R: serde::Serialize + Send + 'static>(pending: troubadour::Ask<R
         limit,
         user_cap,
         codec,
+        runner,
     } = asked;
     let pending = pending.timeout(limit);
-    tokio::spawn(async move {
+    runner.run(Box::pin(async move {
         use crate::wire::reply;
         let outcome = match pending.await {
             Ok(r) => {
@@ -295,7 +307,7 @@ fn answer_later<R: serde::Serialize + Send + 'static>(pending: troubadour::Ask<R
             Err(e) => Err((reply::NO_REPLY, e.to_string())),
         };
         answer(outcome);
-    });
+    }));
 }
 
 thread_local! {

@@ -87,6 +87,8 @@ pub(crate) struct Shared {
     pub actor_types: HashMap<TypeId, ExportActorFn>,
     pub stats: RemoteStats,
     pub listen_addr: Option<SocketAddr>,
+    /// No sockets: connections are made and driven by a simulation.
+    pub simulated: bool,
     exports: RwLock<Exports>,
     peers: Mutex<Peers>,
     shut: std::sync::atomic::AtomicBool,
@@ -314,6 +316,16 @@ impl Shared {
             .clone()
     }
 
+    /// This node's end of a simulated connection to `other` (`sim.rs`).
+    #[cfg(feature = "simulation")]
+    pub(crate) fn connect_simulated(self: &Arc<Self>, other: &Arc<Shared>) -> Arc<Peer> {
+        let link = self.link_for(&other.system.node());
+        let peer = Peer::new(self, link.clone());
+        lock(&self.peers).all.push(peer.clone());
+        link.install(&peer);
+        peer
+    }
+
     /// Whether this node's remote layer was shut down: nothing reconnects.
     pub(crate) fn is_shut(&self) -> bool {
         self.shut.load(Ordering::Acquire)
@@ -487,20 +499,46 @@ impl RemoteBuilder {
     /// Starts networking `system`: binds the listen address and accepts
     /// connections on the system's tokio runtime.
     pub async fn start(self, system: &SystemHandle) -> Result<Remote, RemoteError> {
-        if let Some(e) = self.error {
-            return Err(e);
+        if let Some(e) = &self.error {
+            return Err(clone_error(e));
         }
+        let listener = match self.listen {
+            Some(addr) => Some(
+                self.endpoint(system)
+                    .listen(addr)
+                    .await
+                    .map_err(RemoteError::Listen)?,
+            ),
+            None => None,
+        };
+        self.start_with(system, listener, false)
+    }
+
+    fn endpoint(&self, system: &SystemHandle) -> Endpoint {
         let node = system.node();
-        let mut endpoint =
-            Endpoint::new(self.cluster, node.name(), node.incarnation(), self.security)
-                .with_limits(self.limits);
+        let mut endpoint = Endpoint::new(
+            self.cluster.clone(),
+            node.name(),
+            node.incarnation(),
+            self.security.clone(),
+        )
+        .with_limits(self.limits);
         if let Some(t) = self.handshake_timeout {
             endpoint = endpoint.with_handshake_timeout(t);
         }
-        let listener = match self.listen {
-            Some(addr) => Some(endpoint.listen(addr).await.map_err(RemoteError::Listen)?),
-            None => None,
-        };
+        endpoint
+    }
+
+    pub(crate) fn start_with(
+        self,
+        system: &SystemHandle,
+        listener: Option<Listener>,
+        simulated: bool,
+    ) -> Result<Remote, RemoteError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let endpoint = self.endpoint(system);
         let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
         let shared = Arc::new(Shared {
             system: system.clone(),
@@ -512,6 +550,7 @@ impl RemoteBuilder {
             actor_types: self.actor_types,
             stats: RemoteStats::default(),
             listen_addr: local_addr,
+            simulated,
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),
             shut: std::sync::atomic::AtomicBool::new(false),
@@ -522,6 +561,15 @@ impl RemoteBuilder {
             local_addr,
             accept_task,
         })
+    }
+}
+
+/// A registration error, again (the builder keeps the first one).
+fn clone_error(e: &RemoteError) -> RemoteError {
+    match e {
+        RemoteError::NameClash { first, second } => RemoteError::NameClash { first, second },
+        RemoteError::ReservedName(n) => RemoteError::ReservedName(n),
+        other => RemoteError::NameTaken(other.to_string()),
     }
 }
 
@@ -598,6 +646,11 @@ impl Remote {
             error: None,
             handshake_timeout: None,
         }
+    }
+
+    #[cfg(feature = "simulation")]
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// The address it listens on, if it listens.

@@ -82,6 +82,11 @@ pub(crate) struct Peer {
     crossing: Mutex<Crossing>,
     lost: AtomicBool,
     closed: Notify,
+    /// In a simulated connection: the answers to incoming asks, awaited by
+    /// the simulation (`sim.rs`); `None` on a real one (tokio tasks).
+    pub(crate) answers: Option<Mutex<Vec<crate::messages::AnswerFuture>>>,
+    /// In a simulated connection: the frames received, not yet decoded.
+    pub(crate) sim_decoder: Option<Mutex<FrameDecoder>>,
     sent_frames: AtomicU64,
 }
 
@@ -110,6 +115,10 @@ impl Peer {
             }),
             lost: AtomicBool::new(false),
             closed: Notify::new(),
+            answers: shared.simulated.then(|| Mutex::new(Vec::new())),
+            sim_decoder: shared
+                .simulated
+                .then(|| Mutex::new(FrameDecoder::new(shared.limits))),
             sent_frames: AtomicU64::new(0),
         })
     }
@@ -195,6 +204,28 @@ impl Peer {
     /// on it.
     pub(crate) fn close(&self) {
         self.lose("closed by this node".into());
+    }
+
+    /// Loses the connection for `reason` (the simulation's entry).
+    pub(crate) fn lose_for(&self, reason: String) {
+        self.lose(reason);
+    }
+
+    /// Dispatches one received frame (the simulation's entry).
+    pub(crate) fn dispatch_frame(self: &Arc<Self>, frame: Frame) {
+        self.dispatch(frame);
+    }
+
+    /// Moves what is queued (control first) into `into`, as the writer
+    /// does before a write.
+    pub(crate) fn take_outbound(&self, into: &mut BytesMut) {
+        let mut out = lock(&self.out);
+        into.extend_from_slice(&out.control);
+        into.extend_from_slice(&out.user);
+        out.control.clear();
+        out.user.clear();
+        drop(out);
+        self.room.notify_waiters();
     }
 
     fn lose(&self, reason: String) {
@@ -486,6 +517,7 @@ impl Peer {
                 limit: self.shared.config.remote_ask_limit,
                 user_cap: self.shared.limits.cap(Lane::Large) as usize,
                 codec: self.codec(),
+                runner: self.clone(),
             }
         });
         match (accepted.deliver)(
@@ -909,5 +941,17 @@ impl RefCodec for Peer {
 
     fn system(&self) -> &troubadour::SystemHandle {
         &self.shared.system
+    }
+}
+
+impl crate::messages::AnswerRunner for Peer {
+    fn run(&self, answer: crate::messages::AnswerFuture) {
+        match &self.answers {
+            // A simulation awaits answers in its own loop, on its thread.
+            Some(answers) => lock(answers).push(answer),
+            None => {
+                self.shared.runtime.spawn(answer);
+            }
+        }
     }
 }

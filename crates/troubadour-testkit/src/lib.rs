@@ -191,12 +191,14 @@
 mod channels;
 mod explore;
 mod faults;
+mod network;
 mod probe;
 mod simulation;
 mod trace;
 
 pub use explore::{seeds, simulate, SEEDS_VAR, SEED_VAR};
 pub use faults::{Fault, Faults};
+pub use network::{simulate_network, NetEvent, NodeIndex, SimNetwork};
 pub use probe::{ProbeActor, TestProbe};
 pub use simulation::Simulation;
 pub use trace::TraceEvent;

@@ -1,0 +1,620 @@
+//! A simulated network: several actor systems in one process, each with
+//! the real remote layer (`troubadour-remote`) but no sockets, whose
+//! connections carry their bytes through this network: held, delayed,
+//! cut by partitions (both ways or one way), lost with a crashed node, all
+//! on virtual time and decided by a seeded PRNG, so that a seed replays a
+//! run event for event.
+//!
+//! What the network does to bytes is what TCP lets happen: within one
+//! connection, bytes arrive in order or not at all (a connection never
+//! reorders, duplicates or drops a frame and goes on); what varies is when
+//! they arrive, how connections interleave, and when a connection breaks.
+//! A direction cut by a partition delivers nothing; once it has been cut
+//! for the heartbeat timeout both ends count the connection lost, as the
+//! real heartbeats would. A crashed node's connections are lost at once on
+//! the other side.
+//!
+//! ```
+//! use serde::{Deserialize, Serialize};
+//! use troubadour::prelude::*;
+//! use troubadour_remote::{Accepts, RemoteActor, RemoteMessage};
+//! use troubadour_testkit::SimNetwork;
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Add(u64);
+//! impl Message for Add { type Reply = u64; }
+//! impl RemoteMessage for Add { const NAME: &'static str = "doc.Add"; }
+//!
+//! #[derive(Default)]
+//! struct Counter(u64);
+//! impl Actor for Counter {}
+//! impl Handler<Add> for Counter {
+//!     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 { self.0 += n; self.0 }
+//! }
+//! impl RemoteActor for Counter {
+//!     const NAME: &'static str = "doc.Counter";
+//!     fn accepts(a: &mut Accepts<Self>) { a.handle::<Add>(); }
+//! }
+//!
+//! let mut net = SimNetwork::new(7);
+//! let a = net.node("a", |b| b.register::<Add>());
+//! let b = net.node("b", |b| b.register::<Add>());
+//! let counter = net.system(b).spawn(Counter::default())?;
+//! net.remote(b).expose("counter", &counter)?;
+//! let remote = net.lookup::<Counter>(a, b, "counter")?;
+//! remote.tell(Add(1))?;
+//! assert_eq!(net.block_on(remote.ask(Add(2)))?, 3);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+use troubadour::{ActorRef, ActorSystem};
+use troubadour_remote::sim::SimConnection;
+use troubadour_remote::{LookupError, Remote, RemoteActor, RemoteBuilder, Security};
+
+/// The cluster name every simulated node uses.
+const CLUSTER: &str = "simulated";
+
+/// SplitMix64, as in `simulation.rs`.
+#[derive(Clone, Debug)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next() % n
+        }
+    }
+}
+
+/// Which simulated node: the index [`SimNetwork::node`] returned.
+pub type NodeIndex = usize;
+
+struct SimNode {
+    system: ActorSystem,
+    remote: Remote,
+    crashed: bool,
+}
+
+/// One direction of a connection: its end that sends, and the chunks of
+/// bytes on their way with the virtual time each arrives.
+struct Direction {
+    from: NodeIndex,
+    to: NodeIndex,
+    in_flight: VecDeque<(Instant, bytes::Bytes)>,
+    /// Cut by a partition since then.
+    cut_since: Option<Instant>,
+}
+
+struct SimConn {
+    /// `ends[i]` belongs to `dirs[i].from`.
+    ends: [SimConnection; 2],
+    dirs: [Direction; 2],
+    lost: bool,
+}
+
+/// Something the network did, for the trace a failing seed prints.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NetEvent {
+    /// An actor turn on a node.
+    Turn(NodeIndex),
+    /// `bytes` left `from` for `to`, to arrive after `delay`.
+    Sent {
+        /// Sending node.
+        from: NodeIndex,
+        /// Receiving node.
+        to: NodeIndex,
+        /// How many bytes.
+        bytes: usize,
+        /// Their delay.
+        delay: Duration,
+    },
+    /// Bytes arrived.
+    Arrived {
+        /// Sending node.
+        from: NodeIndex,
+        /// Receiving node.
+        to: NodeIndex,
+        /// How many bytes.
+        bytes: usize,
+    },
+    /// Bytes were dropped by a partition.
+    Cut {
+        /// Sending node.
+        from: NodeIndex,
+        /// Receiving node.
+        to: NodeIndex,
+        /// How many bytes.
+        bytes: usize,
+    },
+    /// A connection was lost at both ends.
+    Lost(NodeIndex, NodeIndex),
+    /// A node crashed.
+    Crashed(NodeIndex),
+    /// The virtual clock moved to this offset from the start.
+    Clock(Duration),
+}
+
+/// A simulated network of actor systems. See the [module docs](self).
+pub struct SimNetwork {
+    seed: u64,
+    rng: Rng,
+    nodes: Vec<SimNode>,
+    conns: Vec<SimConn>,
+    /// The common virtual clock: every node's system is kept at it.
+    now: Instant,
+    start: Instant,
+    max_delay: Duration,
+    heartbeat_timeout: Duration,
+    trace: Vec<NetEvent>,
+}
+
+impl SimNetwork {
+    /// An empty network whose choices come from `seed`. Chunks of bytes
+    /// are delayed up to 5 ms each; a cut direction is lost after 1 s.
+    pub fn new(seed: u64) -> SimNetwork {
+        let now = Instant::now();
+        SimNetwork {
+            seed,
+            rng: Rng(seed),
+            nodes: Vec::new(),
+            conns: Vec::new(),
+            now,
+            start: now,
+            max_delay: Duration::from_millis(5),
+            heartbeat_timeout: Duration::from_secs(1),
+            trace: Vec::new(),
+        }
+    }
+
+    /// The seed.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Sets the largest delay of one chunk of bytes (0: none).
+    pub fn set_max_delay(&mut self, max: Duration) {
+        self.max_delay = max;
+    }
+
+    /// Sets how long a cut direction takes to count as a lost connection.
+    pub fn set_heartbeat_timeout(&mut self, timeout: Duration) {
+        self.heartbeat_timeout = timeout;
+    }
+
+    /// Adds a node named `name` (a manually scheduled system on virtual
+    /// time, with its remote layer configured by `configure`: register
+    /// the messages and actor types there) and connects it to every node
+    /// already in the network.
+    pub fn node(
+        &mut self,
+        name: &str,
+        configure: impl FnOnce(RemoteBuilder) -> RemoteBuilder,
+    ) -> NodeIndex {
+        let system = ActorSystem::builder()
+            .name(name)
+            .manual_scheduling()
+            .virtual_time()
+            .build();
+        // Keep the new system's clock at the network's.
+        let behind = self.now.saturating_duration_since(system.now());
+        let _ = system.advance_time(behind);
+        let remote = configure(Remote::builder(CLUSTER, Security::PlaintextLoopbackOnly))
+            .start_simulated(&system)
+            .expect("the simulated node's remote layer starts");
+        let index = self.nodes.len();
+        for (other, node) in self.nodes.iter().enumerate() {
+            let (mine, theirs) = remote.connect_simulated(&node.remote);
+            self.conns.push(SimConn {
+                ends: [mine, theirs],
+                dirs: [
+                    Direction {
+                        from: index,
+                        to: other,
+                        in_flight: VecDeque::new(),
+                        cut_since: None,
+                    },
+                    Direction {
+                        from: other,
+                        to: index,
+                        in_flight: VecDeque::new(),
+                        cut_since: None,
+                    },
+                ],
+                lost: false,
+            });
+        }
+        self.nodes.push(SimNode {
+            system,
+            remote,
+            crashed: false,
+        });
+        index
+    }
+
+    /// Node `i`'s system: spawn on it, send from it (from the test's
+    /// thread).
+    pub fn system(&self, i: NodeIndex) -> &ActorSystem {
+        &self.nodes[i].system
+    }
+
+    /// Node `i`'s remote layer: expose its actors there.
+    pub fn remote(&self, i: NodeIndex) -> &Remote {
+        &self.nodes[i].remote
+    }
+
+    /// The actor node `to` exposes as `name`, as an `ActorRef` on node
+    /// `from`.
+    pub fn lookup<A: RemoteActor>(
+        &self,
+        from: NodeIndex,
+        to: NodeIndex,
+        name: &str,
+    ) -> Result<ActorRef<A>, LookupError> {
+        let (conn, end) = self.conn_between(from, to);
+        self.nodes[from].remote.lookup_simulated::<A>(
+            &self.conns[conn].ends[end],
+            &self.nodes[to].remote,
+            name,
+        )
+    }
+
+    fn conn_between(&self, a: NodeIndex, b: NodeIndex) -> (usize, usize) {
+        self.conns
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| {
+                if c.dirs[0].from == a && c.dirs[0].to == b {
+                    Some((i, 0))
+                } else if c.dirs[1].from == a && c.dirs[1].to == b {
+                    Some((i, 1))
+                } else {
+                    None
+                }
+            })
+            .expect("every two nodes of a network are connected")
+    }
+
+    /// Cuts both directions between `a` and `b`.
+    pub fn partition(&mut self, a: NodeIndex, b: NodeIndex) {
+        self.partition_one_way(a, b);
+        self.partition_one_way(b, a);
+    }
+
+    /// Cuts the direction `from` → `to` only.
+    pub fn partition_one_way(&mut self, from: NodeIndex, to: NodeIndex) {
+        let (c, d) = self.conn_between(from, to);
+        let now = self.now;
+        self.conns[c].dirs[d].cut_since.get_or_insert(now);
+    }
+
+    /// Heals every cut between `a` and `b` (a connection already lost stays
+    /// lost).
+    pub fn heal(&mut self, a: NodeIndex, b: NodeIndex) {
+        let (c, _) = self.conn_between(a, b);
+        for d in &mut self.conns[c].dirs {
+            d.cut_since = None;
+        }
+    }
+
+    /// Crashes node `n`: it runs nothing more, and its connections are lost
+    /// at the other ends at once (the operating system closes its sockets).
+    pub fn crash(&mut self, n: NodeIndex) {
+        self.nodes[n].crashed = true;
+        self.trace.push(NetEvent::Crashed(n));
+        for c in 0..self.conns.len() {
+            if self.conns[c].dirs.iter().any(|d| d.from == n) {
+                self.lose(c, &format!("node {n} crashed"));
+            }
+        }
+    }
+
+    fn lose(&mut self, c: usize, reason: &str) {
+        let conn = &mut self.conns[c];
+        if conn.lost {
+            return;
+        }
+        conn.lost = true;
+        for d in &mut conn.dirs {
+            d.in_flight.clear();
+        }
+        let (a, b) = (conn.dirs[0].from, conn.dirs[0].to);
+        // The crashed side's end is lost too: nothing of it runs again.
+        for end in &conn.ends {
+            end.lose(reason);
+        }
+        self.trace.push(NetEvent::Lost(a, b));
+    }
+
+    /// What happened so far.
+    pub fn trace(&self) -> &[NetEvent] {
+        &self.trace
+    }
+
+    /// Takes one step if one can be taken now: runs one ready actor, sends
+    /// a connection's queued bytes, or delivers bytes that have arrived,
+    /// chosen by the PRNG. `false` when nothing can happen before the
+    /// clock moves.
+    pub fn step(&mut self) -> bool {
+        self.poll_answers();
+        self.expire_cuts();
+        // The choices, in a fixed order so a seed replays.
+        let mut choices: Vec<Choice> = Vec::new();
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.crashed && n.system.ready_actors() > 0 {
+                choices.push(Choice::Run(i));
+            }
+        }
+        for (c, conn) in self.conns.iter().enumerate() {
+            if conn.lost {
+                continue;
+            }
+            for d in 0..2 {
+                if !self.nodes[conn.dirs[d].from].crashed {
+                    choices.push(Choice::Send(c, d));
+                }
+                if conn.dirs[d]
+                    .in_flight
+                    .front()
+                    .is_some_and(|(at, _)| *at <= self.now)
+                {
+                    choices.push(Choice::Deliver(c, d));
+                }
+            }
+        }
+        // Sending is taken only when there is something to send; try the
+        // choices from a random start until one does something.
+        if choices.is_empty() {
+            return false;
+        }
+        let first = self.rng.below(choices.len() as u64) as usize;
+        for k in 0..choices.len() {
+            if self.take(choices[(first + k) % choices.len()]) {
+                return true;
+            }
+        }
+        false
+    }
+
+    fn take(&mut self, choice: Choice) -> bool {
+        match choice {
+            Choice::Run(i) => {
+                let budget = 1 + self.rng.below(8) as u32;
+                let mut pick = |ready: usize| ((self.rng.below(ready as u64)) as usize, budget);
+                let ran = self.nodes[i].system.run_one(&mut pick).is_some();
+                if ran {
+                    self.trace.push(NetEvent::Turn(i));
+                }
+                ran
+            }
+            Choice::Send(c, d) => {
+                let Some(bytes) = self.conns[c].ends[d].take_outbound() else {
+                    return false;
+                };
+                let delay = if self.max_delay.is_zero() {
+                    Duration::ZERO
+                } else {
+                    Duration::from_nanos(self.rng.below(self.max_delay.as_nanos() as u64 + 1))
+                };
+                let dir = &mut self.conns[c].dirs[d];
+                // One connection is one ordered stream: a later chunk never
+                // arrives before an earlier one.
+                let after = dir.in_flight.back().map_or(self.now, |(at, _)| *at);
+                let at = (self.now + delay).max(after);
+                let (from, to, len) = (dir.from, dir.to, bytes.len());
+                if dir.cut_since.is_some() {
+                    self.trace.push(NetEvent::Cut {
+                        from,
+                        to,
+                        bytes: len,
+                    });
+                } else {
+                    dir.in_flight.push_back((at, bytes));
+                    self.trace.push(NetEvent::Sent {
+                        from,
+                        to,
+                        bytes: len,
+                        delay,
+                    });
+                }
+                true
+            }
+            Choice::Deliver(c, d) => {
+                let Some((_, bytes)) = self.conns[c].dirs[d].in_flight.pop_front() else {
+                    return false;
+                };
+                let (from, to) = (self.conns[c].dirs[d].from, self.conns[c].dirs[d].to);
+                if self.conns[c].dirs[d].cut_since.is_some() {
+                    self.trace.push(NetEvent::Cut {
+                        from,
+                        to,
+                        bytes: bytes.len(),
+                    });
+                } else {
+                    // Direction d's bytes arrive at the other end.
+                    self.conns[c].ends[1 - d].deliver(&bytes);
+                    self.trace.push(NetEvent::Arrived {
+                        from,
+                        to,
+                        bytes: bytes.len(),
+                    });
+                }
+                true
+            }
+        }
+    }
+
+    /// A direction cut for the heartbeat timeout loses its connection.
+    fn expire_cuts(&mut self) {
+        for c in 0..self.conns.len() {
+            let expired = self.conns[c].dirs.iter().any(|d| {
+                d.cut_since
+                    .is_some_and(|since| self.now.duration_since(since) >= self.heartbeat_timeout)
+            });
+            if expired && !self.conns[c].lost {
+                self.lose(c, "partitioned past the heartbeat timeout");
+            }
+        }
+    }
+
+    fn poll_answers(&mut self) {
+        let waker = Waker::from(Arc::new(NoWake));
+        let mut cx = TaskContext::from_waker(&waker);
+        for conn in &self.conns {
+            for end in &conn.ends {
+                end.poll_answers(&mut cx);
+            }
+        }
+    }
+
+    /// Steps until nothing can happen without the clock moving.
+    pub fn run_until_idle(&mut self) -> usize {
+        let mut steps = 0;
+        while self.step() {
+            steps += 1;
+        }
+        steps
+    }
+
+    /// When something next becomes possible: a timer of some node, bytes
+    /// arriving, a cut expiring.
+    fn next_event_at(&self) -> Option<Instant> {
+        let timers = self
+            .nodes
+            .iter()
+            .filter(|n| !n.crashed)
+            .filter_map(|n| n.system.next_timer_at());
+        let arrivals = self
+            .conns
+            .iter()
+            .filter(|c| !c.lost)
+            .flat_map(|c| c.dirs.iter())
+            .filter_map(|d| d.in_flight.front().map(|(at, _)| *at));
+        let cuts = self
+            .conns
+            .iter()
+            .filter(|c| !c.lost)
+            .flat_map(|c| c.dirs.iter())
+            .filter_map(|d| d.cut_since.map(|s| s + self.heartbeat_timeout));
+        timers.chain(arrivals).chain(cuts).min()
+    }
+
+    fn advance_to(&mut self, at: Instant) {
+        if at <= self.now {
+            return;
+        }
+        let by = at - self.now;
+        self.now = at;
+        for n in &self.nodes {
+            let _ = n.system.advance_time(by);
+        }
+        self.trace.push(NetEvent::Clock(self.now - self.start));
+    }
+
+    /// Runs for `duration` of virtual time.
+    pub fn run_for(&mut self, duration: Duration) {
+        let end = self.now + duration;
+        loop {
+            self.run_until_idle();
+            match self.next_event_at() {
+                Some(at) if at <= end => self.advance_to(at),
+                _ => break,
+            }
+        }
+        self.advance_to(end);
+        self.run_until_idle();
+    }
+
+    /// Runs the network until `fut` completes, moving the clock whenever
+    /// nothing else can happen.
+    ///
+    /// # Panics
+    /// If nothing can happen any more and `fut` is still pending: a hang,
+    /// reported with the seed and the last events.
+    pub fn block_on<F: Future>(&mut self, fut: F) -> F::Output {
+        let mut fut = pin!(fut);
+        let waker = Waker::from(Arc::new(NoWake));
+        let mut cx = TaskContext::from_waker(&waker);
+        loop {
+            if let Poll::Ready(out) = fut.as_mut().poll(&mut cx) {
+                return out;
+            }
+            if self.step() {
+                continue;
+            }
+            match self.next_event_at() {
+                Some(at) => self.advance_to(at),
+                None => {
+                    let tail: Vec<_> = self.trace.iter().rev().take(20).rev().collect();
+                    panic!(
+                        "simulated network (seed {}) is idle but the future is pending: a hang. \
+                         Last events: {tail:?}",
+                        self.seed
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Runs `body` on a fresh [`SimNetwork`] for each seed; on a failure,
+/// prints the seed, the command that replays only it (the
+/// [`SEED_VAR`](crate::SEED_VAR) variable) and the last events, and fails.
+/// Seeds come from [`seeds`](crate::seeds) as for [`simulate`](crate::simulate).
+pub fn simulate_network(
+    seeds: impl IntoIterator<Item = u64>,
+    mut body: impl FnMut(&mut SimNetwork),
+) {
+    for seed in seeds {
+        let mut net = SimNetwork::new(seed);
+        let Err(payload) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut net)))
+        else {
+            continue;
+        };
+        let tail: Vec<String> = net
+            .trace
+            .iter()
+            .rev()
+            .take(40)
+            .rev()
+            .map(|e| format!("{e:?}"))
+            .collect();
+        eprintln!(
+            "\nsimulated network failed with seed {seed}\nreplay only this seed:  {}={seed} cargo test\nlast {} of {} events:\n{}",
+            crate::SEED_VAR,
+            tail.len(),
+            net.trace.len(),
+            tail.join("\n")
+        );
+        std::panic::resume_unwind(payload);
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Choice {
+    Run(NodeIndex),
+    Send(usize, usize),
+    Deliver(usize, usize),
+}
+
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
+}
