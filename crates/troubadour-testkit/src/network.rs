@@ -161,6 +161,7 @@ pub struct SimNetwork {
     start: Instant,
     max_delay: Duration,
     heartbeat_timeout: Duration,
+    reset_per_million: u32,
     trace: Vec<NetEvent>,
 }
 
@@ -178,6 +179,7 @@ impl SimNetwork {
             start: now,
             max_delay: Duration::from_millis(5),
             heartbeat_timeout: Duration::from_secs(1),
+            reset_per_million: 0,
             trace: Vec::new(),
         }
     }
@@ -312,6 +314,20 @@ impl SimNetwork {
         }
     }
 
+    /// Resets the connection between `a` and `b` now, as a broken TCP
+    /// connection: what is in flight is dropped, both ends count it lost.
+    pub fn reset(&mut self, a: NodeIndex, b: NodeIndex) {
+        let (c, _) = self.conn_between(a, b);
+        self.lose(c, "connection reset");
+    }
+
+    /// Makes every delivery of bytes reset its connection instead, with
+    /// probability `per_million` / 1,000,000 (a flaky network: the TCP
+    /// form of a dropped packet that never gets through).
+    pub fn set_reset_rate(&mut self, per_million: u32) {
+        self.reset_per_million = per_million;
+    }
+
     /// Crashes node `n`: it runs nothing more, and its connections are lost
     /// at the other ends at once (the operating system closes its sockets).
     pub fn crash(&mut self, n: NodeIndex) {
@@ -435,6 +451,12 @@ impl SimNetwork {
                 true
             }
             Choice::Deliver(c, d) => {
+                if self.reset_per_million > 0
+                    && self.rng.below(1_000_000) < u64::from(self.reset_per_million)
+                {
+                    self.lose(c, "connection reset by the flaky network");
+                    return true;
+                }
                 let Some((_, bytes)) = self.conns[c].dirs[d].in_flight.pop_front() else {
                     return false;
                 };
