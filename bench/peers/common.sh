@@ -6,6 +6,9 @@
 # never a number.
 
 PEER_WORKLOADS="counting pingpong skynet fanin rings idle pi"
+# Two processes on loopback (workloads 9 and 11); a peer lists the ones it
+# implements in REMOTE_WORKLOADS before calling parse_args.
+ALL_REMOTE_WORKLOADS="remote-pingpong remote-pi"
 
 # json_str STRING -> STRING escaped for use inside a JSON string literal
 json_str() {
@@ -21,14 +24,20 @@ emit_fail() {
         "$(json_str "$2")" "$1" "$(json_str "$3")" "$extra"
 }
 
-# parse_args IMPL "$@"  -> sets WORKLOAD and QUICK (0/1); exits on bad usage
+# parse_args IMPL "$@"  -> sets WORKLOAD, QUICK (0/1), and for the remote
+# workloads PAIRS (default 1) and SIZE (bytes, default 16); exits on bad usage
 parse_args() {
     local impl="$1"; shift
     WORKLOAD=""
     QUICK=0
-    for a in "$@"; do
+    PAIRS=1
+    SIZE=16
+    while [ $# -gt 0 ]; do
+        local a="$1"; shift
         case "$a" in
             --quick) QUICK=1 ;;
+            --pairs) PAIRS="${1:-}"; shift ;;
+            --size) SIZE="${1:-}"; shift ;;
             -*) emit_fail "$impl" "${WORKLOAD:-?}" "unknown option $a"; exit 2 ;;
             *) if [ -z "$WORKLOAD" ]; then WORKLOAD="$a"; else
                    emit_fail "$impl" "$WORKLOAD" "unexpected argument $a"; exit 2; fi ;;
@@ -42,9 +51,20 @@ parse_args() {
         emit_fail "$impl" direct "not applicable: workload 7 (direct) measures a local synchronous dispatch path with no mailbox, which $impl does not have; only the Rust side runs it"
         exit 0
     fi
+    case " $ALL_REMOTE_WORKLOADS " in
+        *" $WORKLOAD "*)
+            case " ${REMOTE_WORKLOADS:-} " in
+                *" $WORKLOAD "*) ;;
+                *) emit_fail "$impl" "$WORKLOAD" "not implemented by this peer yet"; exit 0 ;;
+            esac
+            case "$PAIRS$SIZE" in
+                *[!0-9]*|"") emit_fail "$impl" "$WORKLOAD" "--pairs and --size take numbers"; exit 2 ;;
+            esac
+            return ;;
+    esac
     case " $PEER_WORKLOADS " in
         *" $WORKLOAD "*) ;;
-        *) emit_fail "$impl" "$WORKLOAD" "unknown workload; expected one of: $PEER_WORKLOADS"; exit 2 ;;
+        *) emit_fail "$impl" "$WORKLOAD" "unknown workload; expected one of: $PEER_WORKLOADS $ALL_REMOTE_WORKLOADS"; exit 2 ;;
     esac
 }
 
