@@ -27,7 +27,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use troubadour::remote::{
     proxy, with_ref_codec, ControlRef, Outgoing, OutgoingSignal, RefCodec, RefTarget, Refusal,
@@ -52,6 +52,14 @@ struct Outbound {
     control: BytesMut,
     user: BytesMut,
     next_request: u64,
+    /// Bytes a writer took and could not finish (possibly ending in the
+    /// middle of a frame): they go before anything else.
+    leftover: BytesMut,
+    /// Someone is writing to the stream: only they take bytes now, so
+    /// bytes reach the stream in the order they were queued.
+    writing: bool,
+    /// A direct write left bytes in the TLS layer; the writer task flushes.
+    needs_flush: bool,
 }
 
 /// Bookkeeping of links and monitors that cross this connection, so that
@@ -75,6 +83,10 @@ pub(crate) struct Peer {
     tls: AtomicBool,
     shared: Arc<Shared>,
     out: Mutex<Outbound>,
+    /// The stream's write half, once connected: the writer task writes
+    /// with it, and so does a sender that finds nobody writing (see
+    /// `write_through`).
+    writer: Mutex<Option<tokio::io::WriteHalf<Stream>>>,
     wake_writer: Notify,
     room: Notify,
     pending: Mutex<HashMap<u64, PendingReply>>,
@@ -86,6 +98,7 @@ pub(crate) struct Peer {
     /// the simulation (`sim.rs`); `None` on a real one (tokio tasks).
     pub(crate) answers: Option<Mutex<Vec<crate::messages::AnswerFuture>>>,
     /// In a simulated connection: the frames received, not yet decoded.
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
     pub(crate) sim_decoder: Option<Mutex<FrameDecoder>>,
     sent_frames: AtomicU64,
 }
@@ -104,7 +117,11 @@ impl Peer {
                 control: BytesMut::with_capacity(4096),
                 user: BytesMut::with_capacity(64 * 1024),
                 next_request: 1,
+                leftover: BytesMut::new(),
+                writing: false,
+                needs_flush: false,
             }),
+            writer: Mutex::new(None),
             wake_writer: Notify::new(),
             room: Notify::new(),
             pending: Mutex::new(HashMap::new()),
@@ -133,10 +150,11 @@ impl Peer {
             listen: self.shared.listen_addr.map(|a| a.to_string()),
         });
         let (reader, writer) = tokio::io::split(stream);
+        *lock(&self.writer) = Some(writer);
         let rt = self.shared.runtime.clone();
         let p = self.clone();
         rt.spawn(async move {
-            let reason = p.clone().write_loop(writer).await;
+            let reason = p.clone().write_loop().await;
             p.lose(reason);
         });
         let p = self.clone();
@@ -207,17 +225,20 @@ impl Peer {
     }
 
     /// Loses the connection for `reason` (the simulation's entry).
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
     pub(crate) fn lose_for(&self, reason: String) {
         self.lose(reason);
     }
 
     /// Dispatches one received frame (the simulation's entry).
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
     pub(crate) fn dispatch_frame(self: &Arc<Self>, frame: Frame) {
         self.dispatch(frame);
     }
 
     /// Moves what is queued (control first) into `into`, as the writer
     /// does before a write.
+    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
     pub(crate) fn take_outbound(&self, into: &mut BytesMut) {
         let mut out = lock(&self.out);
         into.extend_from_slice(&out.control);
@@ -345,31 +366,109 @@ impl Peer {
             );
         }
         drop(out);
+        // Usually on the thread that awaited the local reply: write it
+        // from here if the stream is free, else the writer task will.
+        self.write_through();
         self.wake_writer.notify_one();
     }
 
-    async fn write_loop(self: Arc<Self>, mut writer: tokio::io::WriteHalf<Stream>) -> String {
-        let mut spare_control = BytesMut::with_capacity(4096);
-        let mut spare_user = BytesMut::with_capacity(64 * 1024);
+    /// Takes everything queued, leftover first, if nobody is writing;
+    /// the caller then owns the stream's write side until it calls
+    /// `done_writing`.
+    fn take_for_writing(&self, into: &mut BytesMut) -> bool {
+        let mut out = lock(&self.out);
+        let empty = out.leftover.is_empty()
+            && out.control.is_empty()
+            && out.user.is_empty()
+            && !out.needs_flush;
+        if out.writing || empty {
+            return false;
+        }
+        out.writing = true;
+        out.needs_flush = false;
+        into.extend_from_slice(&out.leftover);
+        into.extend_from_slice(&out.control);
+        into.extend_from_slice(&out.user);
+        out.leftover.clear();
+        out.control.clear();
+        out.user.clear();
+        drop(out);
+        // Room again for senders waiting in `send().await`.
+        self.room.notify_waiters();
+        true
+    }
+
+    /// Ends a write: `unwritten` goes first next time; wakes the writer task
+    /// if anything is left to do.
+    fn done_writing(&self, unwritten: &[u8], needs_flush: bool) {
+        let mut out = lock(&self.out);
+        out.leftover.extend_from_slice(unwritten);
+        out.needs_flush |= needs_flush;
+        out.writing = false;
+        let more = !out.leftover.is_empty()
+            || !out.control.is_empty()
+            || !out.user.is_empty()
+            || out.needs_flush;
+        drop(out);
+        if more {
+            self.wake_writer.notify_one();
+        }
+    }
+
+    /// Writes what is queued on the calling thread, if nobody is writing
+    /// and the socket takes it without waiting: a message then leaves
+    /// without waking the writer task (one thread hand-off less on each
+    /// side of a round trip). Whatever the socket does not take at once
+    /// is left to the writer task, first in line.
+    ///
+    /// Polling with a waker that does nothing is safe here: a `Pending`
+    /// hands the rest to the writer task, whose next poll registers its
+    /// own waker again.
+    fn write_through(&self) {
+        if self.shared.simulated || self.is_lost() {
+            return;
+        }
+        let mut batch = BytesMut::new();
+        if !self.take_for_writing(&mut batch) {
+            return;
+        }
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        let mut pos = 0;
+        let mut flushed = false;
+        if let Ok(mut writer) = self.writer.try_lock() {
+            if let Some(stream) = writer.as_mut() {
+                while pos < batch.len() {
+                    match std::pin::Pin::new(&mut *stream).poll_write(&mut cx, &batch[pos..]) {
+                        std::task::Poll::Ready(Ok(n)) if n > 0 => pos += n,
+                        // An error or a closed stream is the writer
+                        // task's to report.
+                        _ => break,
+                    }
+                }
+                if pos == batch.len() {
+                    flushed = matches!(
+                        std::pin::Pin::new(&mut *stream).poll_flush(&mut cx),
+                        std::task::Poll::Ready(Ok(()))
+                    );
+                }
+            }
+        }
+        self.done_writing(&batch[pos..], !flushed);
+    }
+
+    async fn write_loop(self: Arc<Self>) -> String {
+        let mut batch = BytesMut::with_capacity(64 * 1024);
         let heartbeat = self.shared.config.heartbeat_interval;
         loop {
             if self.is_lost() {
-                let _ = writer.shutdown().await;
+                let writer = lock(&self.writer).take();
+                if let Some(mut w) = writer {
+                    let _ = w.shutdown().await;
+                }
                 return "closed".into();
             }
-            let (control, user) = {
-                let mut out = lock(&self.out);
-                if out.control.is_empty() && out.user.is_empty() {
-                    (None, None)
-                } else {
-                    spare_control.clear();
-                    spare_user.clear();
-                    let c = std::mem::replace(&mut out.control, std::mem::take(&mut spare_control));
-                    let u = std::mem::replace(&mut out.user, std::mem::take(&mut spare_user));
-                    (Some(c), Some(u))
-                }
-            };
-            let (Some(control), Some(user)) = (control, user) else {
+            batch.clear();
+            if !self.take_for_writing(&mut batch) {
                 tokio::select! {
                     _ = self.wake_writer.notified() => {}
                     _ = tokio::time::sleep(heartbeat) => {
@@ -377,26 +476,36 @@ impl Peer {
                     }
                 }
                 continue;
-            };
-            // Room again for senders waiting in `send().await`.
-            self.room.notify_waiters();
-            if !control.is_empty() {
-                if let Err(e) = writer.write_all(&control).await {
-                    return format!("write failed: {e}");
-                }
             }
-            if !user.is_empty() {
-                if let Err(e) = writer.write_all(&user).await {
-                    return format!("write failed: {e}");
-                }
-            }
-            if let Err(e) = writer.flush().await {
+            let written = self.write_all(&batch).await;
+            self.done_writing(&[], false);
+            if let Err(e) = written {
                 return format!("write failed: {e}");
             }
             self.sent_frames.fetch_add(1, Ordering::Relaxed);
-            spare_control = control;
-            spare_user = user;
         }
+    }
+
+    /// Writes `buf` and flushes, holding the write side only during each
+    /// poll.
+    async fn write_all(&self, buf: &[u8]) -> std::io::Result<()> {
+        let mut pos = 0;
+        while pos < buf.len() {
+            let n = std::future::poll_fn(|cx| match lock(&self.writer).as_mut() {
+                Some(w) => std::pin::Pin::new(w).poll_write(cx, &buf[pos..]),
+                None => std::task::Poll::Ready(Err(std::io::ErrorKind::NotConnected.into())),
+            })
+            .await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            pos += n;
+        }
+        std::future::poll_fn(|cx| match lock(&self.writer).as_mut() {
+            Some(w) => std::pin::Pin::new(w).poll_flush(cx),
+            None => std::task::Poll::Ready(Err(std::io::ErrorKind::NotConnected.into())),
+        })
+        .await
     }
 
     // ---- receiving -------------------------------------------------------
@@ -801,7 +910,8 @@ impl Peer {
         if out.user.len() >= shared.config.outbound_queue_bytes && !message.is_system_message() {
             return Err(Refusal::Full);
         }
-        let request = message.is_ask().then(|| {
+        let ask = message.is_ask();
+        let request = ask.then(|| {
             let r = out.next_request;
             out.next_request += 1;
             r
@@ -817,9 +927,17 @@ impl Peer {
             lock(&peer.pending).insert(request, pending);
         }
         drop(out);
-        // A writer with bytes already queued has been woken for them.
         if was_empty {
-            peer.wake_writer.notify_one();
+            if ask {
+                // Someone waits for the answer: write the request now if
+                // the stream is free (one hand-off less), else the writer
+                // task will.
+                peer.write_through();
+            } else {
+                // A tell: the writer task takes it with whatever else is
+                // sent meanwhile, in one write.
+                peer.wake_writer.notify_one();
+            }
         }
         Ok(())
     }

@@ -723,11 +723,17 @@ fn a_restarted_node_is_a_new_node_and_the_old_one_is_declared_down() {
     let alpha = node("alpha", &ca, |b| b);
     let beta = node("beta", &ca, |b| b);
     let (_, old_store) = store_on_beta(&alpha, &beta);
+    let (_watcher, downs) = watching(&alpha, &old_store);
     old_store.tell(Add(1)).unwrap();
     old_store.ask(Get).timeout(GUARD).wait().unwrap();
     let addr = beta.addr();
     beta.remote.shutdown();
     drop(beta);
+    // Alpha has noticed the loss, so the next send reconnects.
+    assert_eq!(
+        downs.recv_timeout(GUARD).unwrap(),
+        "down: noconnection (the connection to the actor's node was lost)"
+    );
     // A new process would be a new system: a new incarnation.
     let system = ActorSystem::builder().name("beta").build();
     let remote = restart_remote(&system, &ca, "beta", addr);
