@@ -150,7 +150,10 @@ pub enum NetEvent {
     Clock(Duration),
 }
 
-/// A simulated network of actor systems. See the [module docs](self).
+/// A simulated network of actor systems: several systems in one process
+/// with the real remote layer and no sockets, their connections' bytes
+/// held, delayed, cut and lost as the seed and the test decide (see the
+/// crate's README for the faults and what TCP rules out).
 pub struct SimNetwork {
     seed: u64,
     rng: Rng,

@@ -22,7 +22,7 @@
 //!   the far end is a proxy ([`RemoteProcess`]), so exits and `Down`s
 //!   propagate exactly as they do locally.
 //! * **References in messages** (the `serde` feature): `ActorRef` and
-//!   `Recipient` are serde types whose wire form a [`RefCodec`] of the
+//!   `Recipient` are serde types whose wire form a `RefCodec` of the
 //!   remote layer decides.
 //! * **Identity.** [`NodeId::remote`](crate::NodeId::remote) and
 //!   [`ActorId::on`] name other processes' nodes and actors.

@@ -83,8 +83,11 @@ pub enum Resolved {
     },
 }
 
-/// The remote layer's side of references in messages. See the [module
-/// docs](self).
+/// The remote layer's side of references in messages: the wire form of a
+/// reference being sent (exporting a local actor the first time), and
+/// what a received one stands for. Installed for the current thread by
+/// [`with_ref_codec`] around each encode and decode; serde has no context
+/// argument.
 pub trait RefCodec: Send + Sync {
     /// The wire form of a reference about to be serialized.
     fn encode(&self, target: RefTarget<'_>) -> Result<WireRef, String>;
