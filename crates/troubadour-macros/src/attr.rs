@@ -134,12 +134,25 @@ pub(crate) fn stable_name(meta: &ParseNestedMeta<'_>, example: &str) -> syn::Res
         )));
     }
     let value = meta.value()?;
-    let lit: LitStr = value.parse().map_err(|e| {
-        syn::Error::new(
-            e.span(),
-            format!("the stable name is a string literal: write `{key} = \"{example}\"`"),
-        )
-    })?;
+    if !value.peek(LitStr) {
+        // Show the name as written, quoted: `remote = counter.Add` becomes
+        // `remote = "counter.Add"`.
+        let mut written = proc_macro2::TokenStream::new();
+        while !value.is_empty() && !value.peek(Token![,]) {
+            written.extend([value.parse::<proc_macro2::TokenTree>()?]);
+        }
+        let text = written.to_string().replace(' ', "");
+        if text.is_empty() {
+            return Err(meta.error(format!(
+                "`{key}` needs the stable name: write `{key} = \"{example}\"`"
+            )));
+        }
+        return Err(syn::Error::new_spanned(
+            written,
+            format!("the stable name is a string literal: write `{key} = \"{text}\"`"),
+        ));
+    }
+    let lit: LitStr = value.parse()?;
     let name = lit.value();
     if name.is_empty() {
         return Err(syn::Error::new(
@@ -155,8 +168,8 @@ pub(crate) fn stable_name(meta: &ParseNestedMeta<'_>, example: &str) -> syn::Res
         return Err(syn::Error::new(
             lit.span(),
             format!(
-                "names starting with `{RESERVED}` are reserved for the runtime's own \
-                 messages; use a prefix of your own, such as `{key} = \"app.{rest}\"`"
+                "names starting with `{RESERVED}` are reserved for the runtime; use a \
+                 prefix of your own, such as `{key} = \"app.{rest}\"`"
             ),
         ));
     }
