@@ -60,6 +60,13 @@ struct Echo<T>(T)
 where
     T: Clone;
 
+/// Local, with a lifetime and an enum: a message where `'a` is `'static`.
+#[derive(troubadour::Message)]
+#[message(reply = &'a str)]
+enum Borrowed<'a> {
+    Text(&'a str),
+}
+
 /// Local, in a crate that names only `troubadour_remote`.
 #[derive(troubadour_remote::Message)]
 #[message(crate = troubadour_remote, reply = String)]
@@ -74,6 +81,9 @@ fn derive_message_sets_the_reply_type_and_defaults_it_to_unit() {
     assert_eq!(reply_of::<Unlisted>(), TypeId::of::<()>());
     assert_eq!(reply_of::<Greet>(), TypeId::of::<String>());
     assert_eq!(reply_of::<Echo<String>>(), TypeId::of::<Option<String>>());
+    assert_eq!(reply_of::<Borrowed<'static>>(), TypeId::of::<&str>());
+    let Borrowed::Text(text) = Borrowed::Text("used");
+    assert_eq!(text, "used");
 }
 
 #[test]
