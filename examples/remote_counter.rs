@@ -16,52 +16,43 @@
 //! (`Watch`), to which the counter reports every change: references travel
 //! inside messages. `serve` and `client` in one command (`demo`) run both
 //! in one process, over the network all the same.
+//!
+//! The protocol is derived: `RemoteMessage` gives each message its reply
+//! type and stable name, `RemoteActor` gives the counter its name and the
+//! messages it accepts from other nodes.
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security, TlsConfig};
+use troubadour_remote::{Remote, RemoteActor, RemoteMessage, Security, TlsConfig};
 
 // ---- the protocol: shared by both programs ----------------------------------
 
 /// Adds to the counter; answers the new total.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, RemoteMessage)]
+#[message(reply = u64, remote = "example.counter.Add")]
 struct Add(u64);
-impl Message for Add {
-    type Reply = u64;
-}
-impl RemoteMessage for Add {
-    const NAME: &'static str = "example.counter.Add";
-}
 
 /// Asks the counter to tell `Changed` to `to` on every change.
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize, Deserialize, RemoteMessage)]
+#[message(remote = "example.counter.Watch")]
 struct Watch {
     to: Recipient<Changed>,
 }
-impl Message for Watch {
-    type Reply = ();
-}
-impl RemoteMessage for Watch {
-    const NAME: &'static str = "example.counter.Watch";
-}
 
 /// The counter changed.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, RemoteMessage)]
+#[message(remote = "example.counter.Changed")]
 struct Changed {
     total: u64,
 }
-impl Message for Changed {
-    type Reply = ();
-}
-impl RemoteMessage for Changed {
-    const NAME: &'static str = "example.counter.Changed";
-}
 
-/// The counter, on the serving node.
-#[derive(Default)]
+/// The counter, on the serving node: reachable from other nodes under its
+/// type's stable name, for the messages listed.
+#[derive(Default, RemoteActor)]
+#[remote(name = "example.counter.Counter", handle(Add, Watch))]
 struct Counter {
     total: u64,
     watchers: Vec<Recipient<Changed>>,
@@ -79,12 +70,6 @@ impl Handler<Add> for Counter {
 impl Handler<Watch> for Counter {
     fn handle(&mut self, Watch { to }: Watch, _: &mut Context<Self>) {
         self.watchers.push(to);
-    }
-}
-impl RemoteActor for Counter {
-    const NAME: &'static str = "example.counter.Counter";
-    fn accepts(accepts: &mut Accepts<Self>) {
-        accepts.handle::<Add>().handle::<Watch>();
     }
 }
 

@@ -55,4 +55,77 @@ mod wire;
 
 pub use connection::{Security, TlsConfig};
 pub use messages::{Accepts, RemoteActor, RemoteMessage};
+/// The core's [`Message`](trait@Message) trait, and with the feature
+/// `macros` (on by default) its derive, so that a crate that uses only
+/// this one needs no `troubadour` line for its messages.
+pub use troubadour::Message;
+/// `#[derive(RemoteActor)]`: an actor type's stable name and the remote
+/// messages it accepts, in one attribute. The `Actor` and `Handler` impls
+/// stay yours.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use troubadour::prelude::*;
+/// use troubadour_remote::{RemoteActor, RemoteMessage};
+///
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(reply = u64, remote = "counter.Add")]
+/// struct Add(u64);
+///
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(remote = "counter.Reset")]
+/// struct Reset;
+///
+/// #[derive(RemoteActor)]
+/// #[remote(name = "counter.Counter", handle(Add), handle_async(Reset))]
+/// struct Counter(u64);
+/// impl Actor for Counter {}
+/// impl Handler<Add> for Counter {
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 { self.0 += n; self.0 }
+/// }
+/// impl AsyncHandler<Reset> for Counter {
+///     async fn handle(&mut self, _: Reset, _: &mut Context<Self>) { self.0 = 0; }
+/// }
+///
+/// assert_eq!(<Counter as troubadour_remote::RemoteActor>::NAME, "counter.Counter");
+/// ```
+#[cfg(feature = "macros")]
+pub use troubadour_macros::RemoteActor;
+/// `#[derive(RemoteMessage)]`: a message for other nodes in one line,
+/// `#[message(reply = T, remote = "stable.name")]`. It implements both
+/// [`Message`](trait@Message) and [`RemoteMessage`](trait@RemoteMessage);
+/// `#[derive(Message)]` with the same attribute does the same.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use troubadour_remote::RemoteMessage;
+///
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(reply = u64, remote = "counter.Add")]
+/// struct Add(u64);
+///
+/// assert_eq!(<Add as troubadour_remote::RemoteMessage>::NAME, "counter.Add");
+/// ```
+///
+/// The name, not the Rust path, identifies the type on the wire: keep it
+/// when the type is renamed or moved. An empty name, or one in the
+/// runtime's namespace, does not compile:
+///
+/// ```compile_fail
+/// # use serde::{Deserialize, Serialize};
+/// # use troubadour_remote::RemoteMessage;
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(remote = "troubadour.system.Ping")]
+/// struct Ping;
+/// ```
+#[cfg(feature = "macros")]
+pub use troubadour_macros::RemoteMessage;
+
+/// What the derives' expansions name; not part of the API.
+#[doc(hidden)]
+pub mod __private {
+    pub use serde::de::DeserializeOwned;
+    pub use serde::Serialize;
+    pub use troubadour::{Actor, Awaiting, Handles, Immediate};
+}
 pub use node::{LookupError, Remote, RemoteBuilder, RemoteError, RemoteStats};

@@ -26,6 +26,20 @@ use crate::frame::{encode_frame_with, Header, Kind, Lane, Limits};
 /// the Rust path, identifies the type on the wire, so keep it when the type
 /// is renamed or moved.
 ///
+/// Derive it (feature `macros`, on by default): one attribute gives the
+/// reply type and the name, and implements [`Message`] too.
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use troubadour_remote::RemoteMessage;
+///
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(reply = u64, remote = "counter.Add")]
+/// struct Add(u64);
+/// ```
+///
+/// which is, by hand:
+///
 /// ```
 /// use serde::{Deserialize, Serialize};
 /// use troubadour::Message;
@@ -48,6 +62,31 @@ pub trait RemoteMessage:
 /// (checked by [`Remote::lookup`](crate::Remote::lookup), so a lookup of
 /// the wrong type fails instead of misrouting), and the remote messages it
 /// accepts.
+///
+/// Derive it (feature `macros`, on by default), listing in `handle` the
+/// messages it has a [`Handler`](troubadour::Handler) for and in
+/// `handle_async` those it has an
+/// [`AsyncHandler`](troubadour::AsyncHandler) for:
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use troubadour::prelude::*;
+/// use troubadour_remote::{RemoteActor, RemoteMessage};
+///
+/// #[derive(RemoteActor)]
+/// #[remote(name = "counter.Counter", handle(Add))]
+/// struct Counter(u64);
+/// impl Actor for Counter {}
+///
+/// #[derive(Serialize, Deserialize, RemoteMessage)]
+/// #[message(reply = u64, remote = "counter.Add")]
+/// struct Add(u64);
+/// impl Handler<Add> for Counter {
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 { self.0 += n; self.0 }
+/// }
+/// ```
+///
+/// which is, by hand:
 ///
 /// ```
 /// use serde::{Deserialize, Serialize};

@@ -107,6 +107,59 @@ pub use runtime::spawn::{Mailbox, SpawnOptions};
 pub use runtime::system::{ActorSystem, ActorSystemBuilder, SystemHandle};
 pub use runtime::timer::{Sleep, TimerRef};
 pub use simulation::in_flight::InFlight;
+/// `#[derive(Message)]`: the [`Message`](trait@Message) trait in one line,
+/// with the reply type in `#[message(reply = T)]` (`()` without it). The
+/// derive and the trait share the name, so one `use` brings both.
+///
+/// ```
+/// use troubadour::prelude::*;
+/// use std::time::Duration;
+///
+/// #[derive(Message)]
+/// struct Add(u64);                      // Reply = ()
+///
+/// #[derive(Message)]
+/// #[message(reply = u64)]
+/// struct GetAndReset;
+///
+/// struct Counter { total: u64 }
+/// impl Actor for Counter {}
+/// impl Handler<Add> for Counter {
+///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) { self.total += n; }
+/// }
+/// impl Handler<GetAndReset> for Counter {
+///     fn handle(&mut self, _: GetAndReset, _: &mut Context<Self>) -> u64 {
+///         std::mem::take(&mut self.total)
+///     }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let counter = system.spawn(Counter { total: 0 })?;
+/// counter.tell(Add(2))?;
+/// assert_eq!(counter.ask(GetAndReset).timeout(Duration::from_secs(1)).wait()?, 2);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Generic messages keep their parameters and where-clauses; the derive
+/// asks for `Self: Send + 'static` instead of bounds on each parameter:
+///
+/// ```
+/// use troubadour::Message;
+///
+/// #[derive(Message)]
+/// #[message(reply = Option<T>)]
+/// struct Take<T>(std::marker::PhantomData<T>);
+///
+/// fn reply_of<M: Message>() -> &'static str { std::any::type_name::<M::Reply>() }
+/// assert_eq!(reply_of::<Take<u8>>(), "core::option::Option<u8>");
+/// ```
+///
+/// A message for other nodes is derived the same way with
+/// `#[message(remote = "stable.name")]`, through `troubadour_remote`
+/// (see `troubadour_remote::RemoteMessage`). Turn the default feature
+/// `macros` off to build the core without the derive (and without syn).
+#[cfg(feature = "macros")]
+pub use troubadour_macros::Message;
 
 /// Everything a typical actor program uses.
 pub mod prelude {
