@@ -94,6 +94,23 @@ kill_children() {
     : > "$PEER_PIDFILE"
 }
 
+# _on_signal NAME STATUS: run_peer's handler for INT/TERM: ends the program,
+# prints a failure line, exits (the EXIT trap cleans up the rest)
+_on_signal() {
+    if [ -n "${PEER_MAIN_PID:-}" ]; then
+        kill -TERM "$PEER_MAIN_PID" 2>/dev/null
+        # (the BEAM may take its time over SIGTERM: 2 s, then SIGKILL)
+        local i
+        for i in 1 2 3 4 5 6 7 8 9 10; do
+            kill -0 "$PEER_MAIN_PID" 2>/dev/null || break
+            sleep 0.2
+        done
+        kill -KILL "$PEER_MAIN_PID" 2>/dev/null
+        emit_fail "$PEER_IMPL" "$PEER_WORKLOAD" "interrupted by SIG$1 before the program printed a result"
+    fi
+    exit "$2"
+}
+
 # run_peer IMPL WORKLOAD CMD...
 # (PEER_EXTRA_CLEANUP, if set, is a shell command run when the run script
 # exits, e.g. to stop a helper process the run script itself started.)
@@ -107,9 +124,18 @@ run_peer() {
     export PEER_PIDFILE="$tmp/children"
     : > "$PEER_PIDFILE"
     trap 'kill_children; [ -n "${PEER_EXTRA_CLEANUP:-}" ] && eval "$PEER_EXTRA_CLEANUP"; rm -rf "'"$tmp"'"' EXIT
-    trap 'exit 130' INT TERM
-    "$@" >"$out" 2> >(tee "$err" >&2)
+    # The program runs in the background and is waited for, so that a signal
+    # to this script is handled at once: it ends the program, then the EXIT
+    # trap ends the second process of a remote workload.
+    PEER_MAIN_PID=""
+    PEER_IMPL="$impl" PEER_WORKLOAD="$workload"
+    trap '_on_signal INT 130' INT
+    trap '_on_signal TERM 143' TERM
+    "$@" <&0 >"$out" 2> >(tee "$err" >&2) &
+    PEER_MAIN_PID=$!
+    wait "$PEER_MAIN_PID"
     rc=$?
+    PEER_MAIN_PID=""
     kill_children
     wait 2>/dev/null
     line="$(grep -E '^\{.*\}[[:space:]]*$' "$out" | tail -n 1)"
