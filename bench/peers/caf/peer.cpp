@@ -23,7 +23,18 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <algorithm>
+
 #include "caf/all.hpp"
+#include "caf/io/all.hpp"
+
+extern char** environ;
 
 using namespace caf;
 
@@ -44,6 +55,7 @@ using calc_a = atom_constant<atom("tb_calc")>;
 using factors_a = atom_constant<atom("tb_factors")>;
 using stop_a = atom_constant<atom("tb_stop")>;
 using work_a = atom_constant<atom("tb_work")>;
+using get_a = atom_constant<atom("tb_get")>;
 
 constexpr uint64_t factor_n = 28350160440309881ULL;
 constexpr uint64_t factor_lo = 86028157ULL;
@@ -595,15 +607,346 @@ bench_result pi(actor_system& sys, size_t workers, int64_t items, int64_t terms)
   return r;
 }
 
+
+// ------------------------------------------------------------ remote workloads
+// CAF 0.17's io module (BASP over TCP on 127.0.0.1, no TLS; CAF's own binary
+// serialization; the payload is a std::vector<char>, a built-in type). The
+// second process is this program started again (`__serve <workload> <n>`,
+// posix_spawn); it publishes one directory actor with
+// middleman().publish(dir, 0, "127.0.0.1") on a port the OS picks, prints
+// "PORT <port>" on its stdout and ends when its stdin closes. The measuring
+// process connects with middleman().remote_actor("127.0.0.1", port) and
+// asks the directory for the echoes (or the pi worker pool); handles that
+// arrive in messages are proxies for the remote actors.
+
+using payload_t = std::vector<char>;
+
+const char* remote_transport = "CAF io middleman: BASP over TCP (loopback), CAF binary serialization";
+
+behavior remote_echo(event_based_actor* self) {
+  return {
+    [=](ping_a, const payload_t& p) {
+      self->send(actor_cast<actor>(self->current_sender()), pong_a::value, p);
+    },
+  };
+}
+
+behavior directory(event_based_actor*, std::vector<actor> actors) {
+  return {
+    [=](get_a, int32_t i) -> actor { return actors.at(static_cast<size_t>(i)); },
+  };
+}
+
+int serve_remote(actor_system& sys, const std::string& workload, int n,
+                 size_t threads) {
+  std::vector<actor> actors;
+  if (workload == "remote-pingpong") {
+    for (int i = 0; i < n; ++i)
+      actors.push_back(sys.spawn(remote_echo));
+  } else if (workload == "remote-pi") {
+    actors.push_back(actor_pool::make(
+      sys.dummy_execution_unit(), threads, [&] { return sys.spawn(pi_worker); },
+      actor_pool::round_robin()));
+  } else {
+    std::fprintf(stderr, "unknown remote workload %s\n", workload.c_str());
+    return 1;
+  }
+  auto dir = sys.spawn(directory, actors);
+  auto port = sys.middleman().publish(dir, 0, "127.0.0.1");
+  if (!port) {
+    std::fprintf(stderr, "publish failed: %s\n", sys.render(port.error()).c_str());
+    return 1;
+  }
+  std::printf("PORT %u\n", static_cast<unsigned>(*port));
+  std::fflush(stdout);
+  char buf[256];
+  while (read(0, buf, sizeof(buf)) > 0) {
+  }
+  return 0;
+}
+
+struct child_proc {
+  pid_t pid = -1;
+  int to_child = -1;
+  void stop() {
+    if (to_child >= 0)
+      close(to_child);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+    pid = -1;
+    to_child = -1;
+  }
+};
+
+// Starts the second process; returns its port (0 on failure, with *err set).
+uint16_t start_child(child_proc& c, const std::string& workload, int n,
+                     std::string* err) {
+  int in_pipe[2], out_pipe[2];
+  if (pipe(in_pipe) != 0 || pipe(out_pipe) != 0) {
+    *err = "pipe failed";
+    return 0;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, in_pipe[0], 0);
+  posix_spawn_file_actions_adddup2(&fa, out_pipe[1], 1);
+  posix_spawn_file_actions_addclose(&fa, in_pipe[1]);
+  posix_spawn_file_actions_addclose(&fa, out_pipe[0]);
+  std::string nstr = std::to_string(n);
+  const char* argv[] = {"/proc/self/exe", "__serve", workload.c_str(),
+                        nstr.c_str(), nullptr};
+  int rc = posix_spawn(&c.pid, "/proc/self/exe", &fa, nullptr,
+                       const_cast<char* const*>(argv), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(in_pipe[0]);
+  close(out_pipe[1]);
+  c.to_child = in_pipe[1];
+  if (rc != 0) {
+    *err = "posix_spawn failed";
+    c.pid = -1;
+    return 0;
+  }
+  if (const char* f = std::getenv("PEER_PIDFILE"); f && *f) {
+    std::ofstream pf(f, std::ios::app);
+    pf << c.pid << "\n";
+  }
+  std::string line;
+  auto deadline = clk::now() + std::chrono::seconds(60);
+  while (clk::now() < deadline) {
+    pollfd pfd{out_pipe[0], POLLIN, 0};
+    if (poll(&pfd, 1, 1000) <= 0)
+      continue;
+    char ch;
+    ssize_t got = read(out_pipe[0], &ch, 1);
+    if (got <= 0)
+      break;
+    if (ch != '\n') {
+      line += ch;
+      continue;
+    }
+    if (line.rfind("PORT ", 0) == 0) {
+      close(out_pipe[0]);
+      return static_cast<uint16_t>(std::stoi(line.substr(5)));
+    }
+    std::fprintf(stderr, "%s\n", line.c_str());
+    line.clear();
+  }
+  close(out_pipe[0]);
+  *err = "the second process did not report its port";
+  return 0;
+}
+
+struct rclient_state {
+  int64_t sent = 0;
+  int64_t echoed = 0;
+  int in_batch = 0;
+};
+
+behavior remote_client(stateful_actor<rclient_state>* self, actor echo_actor,
+                       actor main_actor, payload_t payload, int64_t per_pair,
+                       int batch) {
+  auto send_batch = [=] {
+    auto& st = self->state;
+    int64_t b = std::min<int64_t>(batch, per_pair - st.sent);
+    st.in_batch = static_cast<int>(b);
+    for (int64_t i = 0; i < b; ++i)
+      self->send(echo_actor, ping_a::value, payload);
+    st.sent += b;
+  };
+  return {
+    [=](start_a) { send_batch(); },
+    [=](pong_a, const payload_t&) {
+      auto& st = self->state;
+      ++st.echoed;
+      if (--st.in_batch == 0) {
+        if (st.sent < per_pair) {
+          send_batch();
+        } else {
+          self->send(main_actor, done_a::value, st.echoed);
+          self->quit();
+        }
+      }
+    },
+  };
+}
+
+double rank_us(const std::vector<int64_t>& sorted_ns, double p) {
+  auto n = static_cast<int64_t>(sorted_ns.size());
+  int64_t k = static_cast<int64_t>(std::ceil(p * static_cast<double>(n)));
+  k = std::max<int64_t>(1, std::min<int64_t>(n, k));
+  return static_cast<double>(sorted_ns[static_cast<size_t>(k - 1)]) / 1000.0;
+}
+
+bench_result remote_pingpong(actor_system& sys, int pairs, int size,
+                             int64_t per_pair, int rtt_n) {
+  child_proc child;
+  std::string err;
+  uint16_t port = start_child(child, "remote-pingpong", pairs, &err);
+  if (port == 0) {
+    child.stop();
+    bench_result r;
+    r.error = err;
+    return r;
+  }
+  auto dir = sys.middleman().remote_actor("127.0.0.1", port);
+  if (!dir) {
+    child.stop();
+    bench_result r;
+    r.error = "remote_actor failed: " + sys.render(dir.error());
+    return r;
+  }
+  scoped_actor self{sys};
+  std::vector<actor> echoes;
+  for (int i = 0; i < pairs; ++i) {
+    self->request(*dir, std::chrono::seconds(60), get_a::value, int32_t{i})
+      .receive([&](actor a) { echoes.push_back(a); },
+               [&](error& e) { err = "directory: " + sys.render(e); });
+  }
+  if (static_cast<int>(echoes.size()) != pairs) {
+    child.stop();
+    bench_result r;
+    r.error = err;
+    return r;
+  }
+  payload_t payload(static_cast<size_t>(size), static_cast<char>(0xa5));
+  std::vector<actor> clients;
+  for (auto& e : echoes)
+    clients.push_back(sys.spawn(remote_client, e, actor_cast<actor>(self),
+                                payload, per_pair, 100));
+  auto t0 = clk::now();
+  for (auto& c : clients)
+    self->send(c, start_a::value);
+  bool all_ok = true;
+  std::string counts;
+  for (int i = 0; i < pairs; ++i) {
+    self->receive(
+      [&](done_a, int64_t echoed) {
+        all_ok = all_ok && echoed == per_pair;
+        counts += std::to_string(echoed) + " ";
+      },
+      after(std::chrono::minutes(10)) >> [&] {
+        all_ok = false;
+        counts += "timeout ";
+      });
+  }
+  double ms = ms_since(t0);
+  // phase 2: latency, from the scoped actor (CAF's blocking API)
+  std::vector<int64_t> rtts;
+  bool rtt_ok = true;
+  for (int i = 0; i < rtt_n && rtt_ok; ++i) {
+    auto a = clk::now();
+    self->send(echoes[0], ping_a::value, payload);
+    self->receive([&](pong_a, const payload_t&) {},
+                  after(std::chrono::seconds(60)) >> [&] { rtt_ok = false; });
+    rtts.push_back(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                     clk::now() - a)
+                     .count());
+  }
+  child.stop();
+  bench_result r;
+  if (!all_ok)
+    r = fail(ms, "echo counts " + counts + "expected "
+                   + std::to_string(per_pair) + " each");
+  else if (!rtt_ok)
+    r = fail(ms, "latency phase: no pong within 60 s");
+  else
+    r = ok_rate(ms, 2.0 * per_pair * pairs);
+  r.extra.emplace_back("pairs", std::to_string(pairs));
+  r.extra.emplace_back("size_bytes", std::to_string(size));
+  r.extra.emplace_back("echoes_per_pair", std::to_string(per_pair));
+  if (rtt_ok) {
+    std::vector<int64_t> kept(rtts.begin() + rtt_n / 10, rtts.end());
+    std::sort(kept.begin(), kept.end());
+    r.extra.emplace_back("rtt_p50_us", num(rank_us(kept, 0.50)));
+    r.extra.emplace_back("rtt_p99_us", num(rank_us(kept, 0.99)));
+    r.extra.emplace_back("rtt_samples", std::to_string(kept.size()));
+  } else {
+    r.extra.emplace_back("rtt_p50_us", "null");
+    r.extra.emplace_back("rtt_p99_us", "null");
+  }
+  r.extra.emplace_back("tls", "false");
+  r.extra.emplace_back("transport", std::string("\"") + remote_transport + "\"");
+  return r;
+}
+
+bench_result remote_pi(actor_system& sys, size_t workers, int64_t items,
+                       int64_t terms) {
+  child_proc child;
+  std::string err;
+  uint16_t port = start_child(child, "remote-pi", 0, &err);
+  if (port == 0) {
+    child.stop();
+    bench_result r;
+    r.error = err;
+    return r;
+  }
+  auto dir = sys.middleman().remote_actor("127.0.0.1", port);
+  if (!dir) {
+    child.stop();
+    bench_result r;
+    r.error = "remote_actor failed: " + sys.render(dir.error());
+    return r;
+  }
+  scoped_actor self{sys};
+  actor pool;
+  self->request(*dir, std::chrono::seconds(60), get_a::value, int32_t{0})
+    .receive([&](actor a) { pool = a; },
+             [&](error& e) { err = "directory: " + sys.render(e); });
+  if (!pool) {
+    child.stop();
+    bench_result r;
+    r.error = err;
+    return r;
+  }
+  auto coord = sys.spawn(pi_coordinator, pool, actor_cast<actor>(self), items,
+                         terms);
+  double sum = 0;
+  bool got = false;
+  auto t0 = clk::now();
+  self->send(coord, start_a::value);
+  self->receive([&](sum_a, double s) { sum = s; got = true; },
+                after(std::chrono::minutes(10)) >> [] {});
+  double ms = ms_since(t0);
+  child.stop();
+  auto t1 = clk::now();
+  double ref = leibniz(0, items * terms);
+  double loop_ms = ms_since(t1);
+  bench_result r;
+  if (!got) {
+    r = fail(ms, "no complete sum within 10 minutes");
+  } else if (std::fabs(sum - ref) > 1e-9) {
+    char buf[128];
+    std::snprintf(buf, sizeof(buf), "sum %.15f, single loop %.15f", sum, ref);
+    r = fail(ms, buf);
+  } else {
+    r = ok_rate(ms, 2.0 * items);
+  }
+  r.extra.emplace_back("plain_loop_ms", num(loop_ms));
+  r.extra.emplace_back("workers", std::to_string(workers));
+  r.extra.emplace_back("items", std::to_string(items));
+  r.extra.emplace_back("terms", std::to_string(terms));
+  r.extra.emplace_back("tls", "false");
+  r.extra.emplace_back("transport", std::string("\"") + remote_transport + "\"");
+  return r;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
   std::string workload = "?";
   bool quick = false;
-  for (int i = 1; i < argc; ++i) {
+  bool serve = argc == 4 && std::string(argv[1]) == "__serve";
+  int pairs = 1, size = 16; // remote-pingpong's --pairs / --size
+  for (int i = 1; i < argc && !serve; ++i) {
     std::string a = argv[i];
     if (a == "--quick" || a == "quick")
       quick = true;
+    else if (a == "--pairs" && i + 1 < argc)
+      pairs = std::atoi(argv[++i]);
+    else if (a == "--size" && i + 1 < argc)
+      size = std::atoi(argv[++i]);
     else
       workload = a;
   }
@@ -615,7 +958,15 @@ int main(int argc, char** argv) {
     actor_system_config cfg;
     cfg.set("scheduler.max-threads", threads);
     cfg.set("logger.verbosity", atom("quiet"));
+    bool remote = serve || workload.rfind("remote-", 0) == 0;
+    if (remote)
+      cfg.load<io::middleman>();
     actor_system sys{cfg};
+    if (serve) {
+      int rc = serve_remote(sys, argv[2], std::atoi(argv[3]), threads);
+      std::fflush(stdout);
+      std::_Exit(rc);
+    }
     try {
       if (workload == "counting")
         r = counting(sys, quick ? 100000 : 3000000);
@@ -632,6 +983,12 @@ int main(int argc, char** argv) {
         r = idle(sys, quick ? 10000 : 1000000);
       else if (workload == "pi")
         r = quick ? pi(sys, threads, 100, 1000) : pi(sys, threads, 1000, 10000);
+      else if (workload == "remote-pingpong")
+        r = remote_pingpong(sys, pairs, size, quick ? 5000 : 200000,
+                            quick ? 1000 : 20000);
+      else if (workload == "remote-pi")
+        r = quick ? remote_pi(sys, threads, 100, 1000)
+                  : remote_pi(sys, threads, 1000, 10000);
       else
         r.error = "unknown workload " + workload;
     } catch (std::exception& e) {

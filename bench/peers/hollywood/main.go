@@ -41,6 +41,10 @@ func main() {
 		rings:    rings,
 		idle:     idle,
 		pi:       pi,
+
+		remotePingpong: remotePingpong,
+		remotePi:       remotePi,
+		serve:          serve,
 	})
 }
 

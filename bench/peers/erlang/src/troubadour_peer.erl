@@ -4,9 +4,13 @@
 %% Erlang literature the workloads come from measures message passing.
 %% Invoked by ../run as
 %%   erl -noshell +P 4000000 -pa ebin -run troubadour_peer main <workload> [--quick]
+%% (the remote workloads add pairs=N size=BYTES and run distributed; see
+%% remote_pingpong/4 and remote_pi/2).
 %% Prints exactly one JSON line on stdout; diagnostics go to stderr.
 -module(troubadour_peer).
 -export([main/1]).
+%% Run on the second node (process B) of the remote workloads.
+-export([remote_echo/0, pi_worker/0]).
 
 -define(FACTOR_N, 28350160440309881).
 -define(FACTOR_EXPECTED, [86028157, 329545133]).
@@ -28,9 +32,18 @@ main(Args) ->
 parse_args(Args) ->
     IsQ = fun(A) -> A =:= "--quick" orelse A =:= "quick" end,
     Quick = lists:any(IsQ, Args),
-    case [A || A <- Args, not IsQ(A)] of
+    IsOpt = fun(A) -> lists:prefix("pairs=", A) orelse lists:prefix("size=", A) end,
+    [put(list_to_atom(K), list_to_integer(V))
+     || A <- Args, IsOpt(A), [K, V] <- [string:split(A, "=")]],
+    case [A || A <- Args, not IsQ(A), not IsOpt(A)] of
         [W] -> {W, Quick};
         _ -> {"?", Quick}
+    end.
+
+opt(Key, Default) ->
+    case get(Key) of
+        undefined -> Default;
+        V -> V
     end.
 
 %% ---------------------------------------------------------------- output
@@ -64,6 +77,8 @@ escape(S) ->
                   end, lists:flatten(S)).
 
 num(null) -> "null";
+num(true) -> "true";
+num(false) -> "false";
 num(N) when is_integer(N) -> integer_to_list(N);
 num(F) when is_float(F) -> io_lib:format("~.3f", [F]);
 num({str, S}) -> str(S).
@@ -103,6 +118,10 @@ run("rings", false) -> rings(20, 49, 10000, 5);
 run("idle", Q) -> idle(pick(Q, 10000, 1000000));
 run("pi", true) -> pi(100, 1000);
 run("pi", false) -> pi(1000, 10000);
+run("remote-pingpong", Q) ->
+    remote_pingpong(opt(pairs, 1), opt(size, 16), pick(Q, 5000, 200000), pick(Q, 1000, 20000));
+run("remote-pi", true) -> remote_pi(100, 1000);
+run("remote-pi", false) -> remote_pi(1000, 10000);
 run(W, _) -> #{ok => false, error => "unknown workload " ++ W}.
 
 pick(true, Quick, _Full) -> Quick;
@@ -376,6 +395,153 @@ pi(Items, Terms) ->
     R = result(Ok, Ms, null,
                io_lib:format("sum ~.15f, single loop ~.15f", [Sum, Ref])),
     R#{extra => [{plain_loop_ms, LoopMs}, {workers, W}]}.
+
+%% ---------------------------------------------------------------- remote
+%% The remote workloads run on two Erlang nodes on 127.0.0.1 connected by
+%% Erlang distribution (TCP, no TLS). This node (process A, started by
+%% ../run with -name and a private epmd) starts the second node (process B)
+%% with OTP's `peer` module, which launches a second `erl` OS process; B halts
+%% when its connection to A goes away. B's OS pid is also written to
+%% $PEER_PIDFILE so that ../run kills it whatever happens.
+
+transport() -> {str, "Erlang distribution over TCP (loopback)"}.
+
+start_remote_node() ->
+    case node() of
+        nonode@nohost -> error(not_distributed);
+        _ -> ok
+    end,
+    [_, Host] = string:split(atom_to_list(node()), "@"),
+    Name = list_to_atom("troubadour_b_" ++ os:getpid()),
+    Ebin = filename:dirname(code:which(?MODULE)),
+    Args = ["-pa", Ebin, "-setcookie", atom_to_list(erlang:get_cookie()),
+            "-kernel", "inet_dist_use_interface", "{127,0,0,1}",
+            "+P", "4000000"],
+    {ok, Peer, Node} = peer:start_link(#{name => Name, host => Host,
+                                         longnames => true, args => Args,
+                                         wait_boot => 30000}),
+    OsPid = erpc:call(Node, os, getpid, []),
+    case os:getenv("PEER_PIDFILE") of
+        false -> ok;
+        "" -> ok;
+        F -> ok = file:write_file(F, [OsPid, "\n"], [append])
+    end,
+    {Peer, Node}.
+
+stop_remote_node(Peer) ->
+    catch peer:stop(Peer),
+    ok.
+
+remote_echo() ->
+    receive
+        {ping, From, Payload} -> From ! {pong, Payload}, remote_echo();
+        stop -> ok
+    end.
+
+rclient(Main, Echo, Payload, Remaining, Batch, Echoed) when Remaining =< 0 ->
+    Main ! {pair_done, self(), Echoed},
+    {Echo, Payload, Batch};
+rclient(Main, Echo, Payload, Remaining, Batch, Echoed) ->
+    B = min(Batch, Remaining),
+    send_rpings(Echo, Payload, B),
+    Got = recv_rpongs(B, 0),
+    rclient(Main, Echo, Payload, Remaining - B, Batch, Echoed + Got).
+
+send_rpings(_, _, 0) -> ok;
+send_rpings(E, P, K) -> E ! {ping, self(), P}, send_rpings(E, P, K - 1).
+
+recv_rpongs(0, Got) -> Got;
+recv_rpongs(K, Got) -> receive {pong, _} -> recv_rpongs(K - 1, Got + 1) end.
+
+%% Phase 1: Pairs clients here, Pairs echoes on node B, batches of 100,
+%% PerPair echoes per pair; the ping carries Size bytes (one binary, made
+%% once) and the client's pid, the pong carries the payload back.
+%% Phase 2: RttN sequential round trips from this process to one echo; the
+%% first 10 % are discarded; p50 and p99 (nearest rank) in microseconds.
+remote_pingpong(Pairs, Size, PerPair, RttN) ->
+    {Peer, Node} = start_remote_node(),
+    try
+        Payload = binary:copy(<<16#a5>>, Size),
+        Main = self(),
+        Go = make_ref(),
+        Echoes = [spawn(Node, ?MODULE, remote_echo, []) || _ <- lists:seq(1, Pairs)],
+        Clients = [spawn(fun() ->
+                                 receive Go -> ok end,
+                                 rclient(Main, E, Payload, PerPair, 100, 0)
+                         end) || E <- Echoes],
+        T0 = now_us(),
+        [C ! Go || C <- Clients],
+        Counts = [receive {pair_done, C, N} -> N
+                  after 600000 -> error({timeout, "a pair did not finish in 600 s"})
+                  end || C <- Clients],
+        Ms = ms_since(T0),
+        Ok1 = lists:all(fun(N) -> N =:= PerPair end, Counts),
+        %% phase 2
+        Echo = hd(Echoes),
+        Rtts = rtt_loop(Echo, Payload, RttN, []),
+        [E ! stop || E <- Echoes],
+        Kept = lists:sort(lists:nthtail(RttN div 10, lists:reverse(Rtts))),
+        P50 = percentile(Kept, 0.50) / 1000.0,
+        P99 = percentile(Kept, 0.99) / 1000.0,
+        Ok = Ok1 andalso length(Rtts) =:= RttN,
+        R = result(Ok, Ms, rate(2 * PerPair * Pairs, Ms),
+                   io_lib:format("echo counts ~p, expected ~p each", [Counts, PerPair])),
+        Extra = [{pairs, Pairs}, {size_bytes, Size}, {echoes_per_pair, PerPair},
+                 {rtt_p50_us, P50}, {rtt_p99_us, P99}, {rtt_samples, length(Kept)},
+                 {tls, false}, {transport, transport()},
+                 {remote_node_schedulers,
+                  erpc:call(Node, erlang, system_info, [schedulers_online])}],
+        R#{extra => Extra}
+    after
+        stop_remote_node(Peer)
+    end.
+
+rtt_loop(_, _, 0, Acc) -> Acc;
+rtt_loop(Echo, Payload, K, Acc) ->
+    T0 = erlang:monotonic_time(nanosecond),
+    Echo ! {ping, self(), Payload},
+    receive {pong, _} -> ok
+    after 60000 -> error({timeout, "no pong within 60 s"})
+    end,
+    T1 = erlang:monotonic_time(nanosecond),
+    rtt_loop(Echo, Payload, K - 1, [T1 - T0 | Acc]).
+
+%% nearest rank: the ceil(P * N)-th smallest value
+percentile(Sorted, P) ->
+    N = length(Sorted),
+    K = max(1, min(N, ceil(P * N))),
+    lists:nth(K, Sorted).
+
+%% Workload 8 with the workers on node B (one per scheduler of B) and the
+%% coordinator (this process) here.
+remote_pi(Items, Terms) ->
+    {Peer, Node} = start_remote_node(),
+    try
+        W = erpc:call(Node, erlang, system_info, [schedulers_online]),
+        Workers = list_to_tuple([spawn(Node, ?MODULE, pi_worker, [])
+                                 || _ <- lists:seq(1, W)]),
+        Self = self(),
+        T0 = now_us(),
+        [element(I rem W + 1, Workers) ! {work, Self, I, I * Terms, Terms}
+         || I <- lists:seq(0, Items - 1)],
+        Sum = lists:foldl(fun(_, Acc) ->
+                                  receive {pi_part, _, V} -> Acc + V
+                                  after 600000 -> error({timeout, "no reply in 600 s"})
+                                  end
+                          end, 0.0, lists:seq(1, Items)),
+        Ms = ms_since(T0),
+        [P ! stop || P <- tuple_to_list(Workers)],
+        T1 = now_us(),
+        Ref = leibniz(0, Items * Terms),
+        LoopMs = ms_since(T1),
+        Ok = abs(Sum - Ref) =< 1.0e-9,
+        R = result(Ok, Ms, rate(2 * Items, Ms),
+                   io_lib:format("sum ~.15f, single loop ~.15f", [Sum, Ref])),
+        R#{extra => [{plain_loop_ms, LoopMs}, {workers, W}, {items, Items},
+                     {terms, Terms}, {tls, false}, {transport, transport()}]}
+    after
+        stop_remote_node(Peer)
+    end.
 
 %% ---------------------------------------------------------------- helpers
 

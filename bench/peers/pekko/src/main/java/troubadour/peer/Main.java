@@ -145,6 +145,17 @@ public final class Main {
     return f.toCompletableFuture().get();
   }
 
+  /** Spawns a top-level actor with the given name (found by path remotely). */
+  static <T> ActorRef<T> spawnNamed(Behavior<T> behavior, String name) throws Exception {
+    CompletionStage<ActorRef<T>> f =
+        AskPattern.ask(
+            system,
+            replyTo -> new SpawnProtocol.Spawn<>(behavior, name, Props.empty(), replyTo),
+            LIMIT,
+            system.scheduler());
+    return f.toCompletableFuture().get();
+  }
+
   /** An actor that completes a future with the first message it gets. */
   static <T> Behavior<T> sink(CompletableFuture<T> future) {
     return Behaviors.receive(
@@ -744,6 +755,10 @@ public final class Main {
         return () -> idle(quick ? 10_000 : 1_000_000);
       case "pi":
         return quick ? () -> pi(100, 1000) : () -> pi(1000, 10_000);
+      case "remote-pingpong":
+        return () -> Remote.remotePingpong(optPairs, optSize, quick ? 5_000 : 200_000, quick ? 1_000 : 20_000);
+      case "remote-pi":
+        return quick ? () -> Remote.remotePi(100, 1000) : () -> Remote.remotePi(1000, 10_000);
       default:
         return null;
     }
@@ -777,14 +792,24 @@ public final class Main {
     System.out.flush();
   }
 
+  // remote-pingpong's --pairs N and --size BYTES (../common.sh checked them)
+  static int optPairs = 1, optSize = 16;
+
   public static void main(String[] args) {
+    cores = Runtime.getRuntime().availableProcessors();
+    if (args.length == 3 && args[0].equals("__serve")) {
+      serveMain(args[1], Integer.parseInt(args[2]));
+      return;
+    }
     String workload = "?";
     boolean quick = false;
-    for (String a : args) {
+    for (int i = 0; i < args.length; i++) {
+      String a = args[i];
       if (a.equals("--quick") || a.equals("quick")) quick = true;
+      else if (a.equals("--pairs") && i + 1 < args.length) optPairs = Integer.parseInt(args[++i]);
+      else if (a.equals("--size") && i + 1 < args.length) optSize = Integer.parseInt(args[++i]);
       else workload = a;
     }
-    cores = Runtime.getRuntime().availableProcessors();
     int warmupsWanted = 3;
     String env = System.getenv("PEKKO_WARMUPS");
     if (env != null && !env.isBlank()) warmupsWanted = Integer.parseInt(env.trim());
@@ -799,20 +824,7 @@ public final class Main {
       emit(workload, r, warmups, 0);
       System.exit(0);
     }
-    Config config =
-        ConfigFactory.parseString(
-                "pekko.loglevel = WARNING\n"
-                    + "pekko.stdout-loglevel = OFF\n"
-                    + "pekko.log-dead-letters = off\n"
-                    + "pekko.log-dead-letters-during-shutdown = off\n"
-                    + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-min = "
-                    + cores
-                    + "\n"
-                    + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-max = "
-                    + cores
-                    + "\n"
-                    + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-factor = 1.0\n")
-            .withFallback(ConfigFactory.load());
+    Config config = systemConfig(workload.startsWith("remote-"));
     try {
       system = ActorSystem.create(SpawnProtocol.create(), "troubadour", config);
       r = null;
@@ -834,5 +846,33 @@ public final class Main {
     emit(workload, r, warmups, warmupsWanted);
     // The result is out; do not wait for a coordinated shutdown.
     Runtime.getRuntime().halt(0);
+  }
+
+  static Config systemConfig(boolean remote) {
+    return ConfigFactory.parseString(
+            (remote ? Remote.config() : "")
+                + "pekko.loglevel = WARNING\n"
+                + "pekko.stdout-loglevel = OFF\n"
+                + "pekko.log-dead-letters = off\n"
+                + "pekko.log-dead-letters-during-shutdown = off\n"
+                + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-min = "
+                + cores
+                + "\n"
+                + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-max = "
+                + cores
+                + "\n"
+                + "pekko.actor.default-dispatcher.fork-join-executor.parallelism-factor = 1.0\n")
+        .withFallback(ConfigFactory.load());
+  }
+
+  /** The second process of a remote workload (see Remote). */
+  static void serveMain(String workload, int n) {
+    try {
+      system = ActorSystem.create(SpawnProtocol.create(), "troubadour", systemConfig(true));
+      Remote.serve(workload, n);
+    } catch (Throwable t) {
+      t.printStackTrace();
+    }
+    Runtime.getRuntime().halt(1);
   }
 }
