@@ -193,6 +193,7 @@ mod explore;
 mod faults;
 mod network;
 mod probe;
+mod rng;
 mod simulation;
 mod trace;
 

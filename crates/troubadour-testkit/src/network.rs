@@ -47,6 +47,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use crate::rng::Rng;
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::pin;
@@ -59,28 +60,6 @@ use troubadour_remote::{LookupError, Remote, RemoteActor, RemoteBuilder, Securit
 
 /// The cluster name every simulated node uses.
 const CLUSTER: &str = "simulated";
-
-/// SplitMix64, as in `simulation.rs`.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 {
-            0
-        } else {
-            self.next() % n
-        }
-    }
-}
 
 /// Which simulated node: the index [`SimNetwork::node`] returned.
 pub type NodeIndex = usize;

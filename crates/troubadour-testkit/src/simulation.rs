@@ -19,6 +19,7 @@
 
 use crate::channels::{Channels, Pair, Pending};
 use crate::faults::{Fault, Faults, Injection};
+use crate::rng::Rng;
 use crate::trace::{render, TraceEvent};
 use std::future::Future;
 use std::ops::Deref;
@@ -31,20 +32,6 @@ use troubadour::{ActorSystem, InFlight};
 /// The largest per-turn message budget a simulation picks. Small budgets
 /// make more interleavings reachable.
 const MAX_BUDGET: u32 = 8;
-
-/// SplitMix64: small, fast, and the same on every platform.
-#[derive(Clone, Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-}
 
 /// A system under deterministic simulation, for one seed.
 ///
