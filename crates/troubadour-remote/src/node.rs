@@ -498,9 +498,10 @@ impl RemoteBuilder {
 
     /// Starts networking `system`: binds the listen address and accepts
     /// connections on the system's tokio runtime.
-    pub async fn start(self, system: &SystemHandle) -> Result<Remote, RemoteError> {
-        if let Some(e) = &self.error {
-            return Err(clone_error(e));
+    pub async fn start(mut self, system: &SystemHandle) -> Result<Remote, RemoteError> {
+        // A registration error is reported before anything is bound.
+        if let Some(e) = self.error.take() {
+            return Err(e);
         }
         let listener = match self.listen {
             Some(addr) => Some(
@@ -561,15 +562,6 @@ impl RemoteBuilder {
             local_addr,
             accept_task,
         })
-    }
-}
-
-/// A registration error, again (the builder keeps the first one).
-fn clone_error(e: &RemoteError) -> RemoteError {
-    match e {
-        RemoteError::NameClash { first, second } => RemoteError::NameClash { first, second },
-        RemoteError::ReservedName(n) => RemoteError::ReservedName(n),
-        other => RemoteError::NameTaken(other.to_string()),
     }
 }
 

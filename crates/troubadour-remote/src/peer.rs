@@ -24,7 +24,7 @@
 use bytes::BytesMut;
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -100,7 +100,6 @@ pub(crate) struct Peer {
     /// In a simulated connection: the frames received, not yet decoded.
     #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
     pub(crate) sim_decoder: Option<Mutex<FrameDecoder>>,
-    sent_frames: AtomicU64,
 }
 
 impl Peer {
@@ -136,7 +135,6 @@ impl Peer {
             sim_decoder: shared
                 .simulated
                 .then(|| Mutex::new(FrameDecoder::new(shared.limits))),
-            sent_frames: AtomicU64::new(0),
         })
     }
 
@@ -257,7 +255,6 @@ impl Peer {
             .stats
             .connections_lost
             .fetch_add(1, Ordering::Relaxed);
-        tracing_note(&self.node, &reason);
         self.closed.notify_waiters();
         self.wake_writer.notify_one();
         self.room.notify_waiters();
@@ -482,7 +479,6 @@ impl Peer {
             if let Err(e) = written {
                 return format!("write failed: {e}");
             }
-            self.sent_frames.fetch_add(1, Ordering::Relaxed);
         }
     }
 
@@ -868,12 +864,6 @@ impl Peer {
     pub(crate) fn route(&self) -> Arc<dyn Route> {
         self.link.route()
     }
-}
-
-fn tracing_note(node: &NodeId, reason: &str) {
-    // Kept as a hook for the observability issue; the counters in
-    // `RemoteStats` are what is visible today.
-    let _ = (node, reason);
 }
 
 impl Peer {

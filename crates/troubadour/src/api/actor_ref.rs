@@ -195,15 +195,18 @@ impl<A: Actor> ActorRef<A> {
     {
         let name = std::any::type_name::<M>();
         let bound = self.cell.config.as_ref().and_then(|c| c.bound.as_ref());
-        if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
-            return self.send_remote(route, msg, None, false);
-        }
         if self.cell.refuses_messages() {
             if let (true, Some(bound)) = (has_room, bound) {
                 bound.free();
             }
             self.cell.system.dead_letters.record(self.cell.id, name);
             return Err(SendError::Stopped(msg));
+        }
+        if let Some(route) = self.cell.route() {
+            // A proxy. Asks to one never come here (`ask_remote`), so
+            // `reply` is `None`.
+            debug_assert!(reply.is_none());
+            return self.send_remote(route, msg, None, false);
         }
         let msg = if has_room {
             msg
