@@ -30,7 +30,7 @@ static ALLOCATOR: measure::SystemAllocator = measure::SystemAllocator;
 const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] [--json] [--threads N] [--timeout-s S]
        troubadour-bench list
 workloads: counting pingpong skynet fanin rings idle direct pi
-           remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] (two processes)";
+           remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)";
 
 struct Args {
     workload: Workload,

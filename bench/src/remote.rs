@@ -13,6 +13,8 @@
 //! back), 200,000 echoes per pair (5,000 quick); `msgs_per_sec` counts
 //! pings and pongs. Phase 2: one client asks one echo 20,000 times in a row
 //! (1,000 quick), the first 10 % discarded; `rtt_p50_us`/`rtt_p99_us`.
+//! `--rtt-only` skips phase 1 (to profile a round trip: `perf stat -e
+//! context-switches` over both processes counts its thread hand-offs).
 //!
 //! Pi: workload 8 with the workers (one per core) in the second process:
 //! every item is an `ask` in flight at once; the sum is checked against the
@@ -214,6 +216,8 @@ struct Args {
     pairs: usize,
     size: usize,
     plaintext: bool,
+    /// Phase 2 only (round trips), for profiling a round trip's cost.
+    rtt_only: bool,
     threads: usize,
     // The second process only.
     dir: Option<PathBuf>,
@@ -228,6 +232,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         pairs: 1,
         size: 16,
         plaintext: false,
+        rtt_only: false,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         dir: None,
         peer: None,
@@ -251,6 +256,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
             "--quick" => a.quick = true,
             "--json" => a.json = true,
             "--plaintext" => a.plaintext = true,
+            "--rtt-only" => a.rtt_only = true,
             "--pairs" => {
                 a.pairs = value("--pairs")?
                     .parse()
@@ -452,9 +458,10 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
 
     // Phase 1: throughput.
     let echoes_per_pair: u64 = if args.quick { 5_000 } else { 200_000 };
+    let pairs_measured = if args.rtt_only { 0 } else { args.pairs };
     let (tx, rx) = mpsc::channel();
     let start = Instant::now();
-    for (c, e) in clients.iter().zip(&echoes) {
+    for (c, e) in clients.iter().zip(&echoes).take(pairs_measured) {
         c.tell(Start {
             echo: e.clone(),
             target: echoes_per_pair,
@@ -462,7 +469,7 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
         })
         .map_err(|e| e.to_string())?;
     }
-    for _ in 0..args.pairs {
+    for _ in 0..pairs_measured {
         let got = rx
             .recv_timeout(Duration::from_secs(600))
             .map_err(|_| "a pair did not finish")?;
@@ -499,7 +506,7 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
     };
     Ok(PingPongFigures {
         elapsed,
-        messages: 2 * echoes_per_pair * args.pairs as u64,
+        messages: 2 * echoes_per_pair * pairs_measured as u64,
         p50_us: pct(0.50),
         p99_us: pct(0.99),
     })
@@ -574,10 +581,13 @@ pub fn main(argv: Vec<String>) -> ExitCode {
         .and_then(|()| if args.plaintext { Ok(()) } else { make_certificates(&dir) })
         .and_then(|()| match args.workload.as_str() {
             "remote-pingpong" => pingpong(&args, &dir).map(|f| {
+                let rate = match f.messages {
+                    0 => "null".to_string(), // --rtt-only
+                    m => format!("{:.3}", m as f64 / f.elapsed.as_secs_f64()),
+                };
                 format!(
-                    "\"ok\":true,\"elapsed_ms\":{:.3},\"msgs_per_sec\":{:.3},\"rtt_p50_us\":{:.3},\"rtt_p99_us\":{:.3},\"pairs\":{},\"size_bytes\":{},\"messages\":{}",
+                    "\"ok\":true,\"elapsed_ms\":{:.3},\"msgs_per_sec\":{rate},\"rtt_p50_us\":{:.3},\"rtt_p99_us\":{:.3},\"pairs\":{},\"size_bytes\":{},\"messages\":{}",
                     f.elapsed.as_secs_f64() * 1e3,
-                    f.messages as f64 / f.elapsed.as_secs_f64(),
                     f.p50_us,
                     f.p99_us,
                     args.pairs,

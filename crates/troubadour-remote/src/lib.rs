@@ -44,6 +44,7 @@ pub mod connection;
 pub mod dev_certs;
 pub mod frame;
 pub mod handshake;
+mod inline_task;
 mod link;
 mod messages;
 mod node;

@@ -154,8 +154,9 @@ pub(crate) struct Asked {
     pub limit: Duration,
     pub user_cap: usize,
     pub codec: Arc<dyn troubadour::remote::RefCodec>,
-    /// Runs the future that awaits the local reply: a task on the
-    /// system's tokio runtime, or, in a simulation, the simulation's loop.
+    /// Runs the future that awaits the local reply: on the thread that
+    /// completes it (`inline_task.rs`), or, in a simulation, in the
+    /// simulation's loop.
     pub runner: Arc<dyn AnswerRunner>,
 }
 

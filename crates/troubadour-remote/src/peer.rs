@@ -1057,9 +1057,9 @@ impl crate::messages::AnswerRunner for Peer {
         match &self.answers {
             // A simulation awaits answers in its own loop, on its thread.
             Some(answers) => lock(answers).push(answer),
-            None => {
-                self.shared.runtime.spawn(answer);
-            }
+            // On the thread that completes the local reply: the answer
+            // leaves from the replying actor's thread (`inline_task.rs`).
+            None => crate::inline_task::InlineTask::start(answer),
         }
     }
 }

@@ -627,6 +627,32 @@ fn a_lost_node_ends_asks_monitors_and_links_with_noconnection() {
     assert_eq!(store.ask(Get).wait(), Err(AskError::Stopped));
 }
 
+/// The answer to a remote ask leaves from whichever thread ends the local
+/// ask: the replying actor's, the one that drops an unanswered reply, or
+/// the timer's. Each ending reaches the asker as its own error.
+#[test]
+fn a_remote_ask_ends_with_no_reply_or_the_nodes_limit_when_the_actor_does_not_answer() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| {
+        b.remote_ask_limit(Duration::from_millis(200))
+    });
+    let (local, store) = store_on_beta(&alpha, &beta);
+    // Held past beta's limit for remote asks: beta answers for the actor.
+    let late = store.ask(Hold).timeout(GUARD).wait();
+    assert!(
+        matches!(&late, Err(AskError::Refused(why)) if why.contains("did not reply within")),
+        "{late:?}"
+    );
+    // Held, then the actor stops: the reply is dropped unanswered.
+    let held = store.ask(Hold).timeout(GUARD);
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    local.stop();
+    assert_eq!(wait(&alpha.system, held), Err(AskError::NoReply));
+    // The connection is still up, and the actor is known to have stopped.
+    assert_eq!(store.ask(Get).timeout(GUARD).wait(), Err(AskError::Stopped));
+}
+
 /// A local actor on `node` that monitors `target`, and its log.
 fn watching<A: Actor>(
     node: &Node,
