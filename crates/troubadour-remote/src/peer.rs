@@ -31,7 +31,7 @@ use tokio::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{oneshot, Notify};
 use troubadour::remote::{
     proxy, with_ref_codec, ControlRef, Outgoing, OutgoingSignal, RefCodec, RefTarget, Refusal,
-    RemoteProcess, Resolved, Route, Watch, WireRef,
+    RemoteProcess, Resolved, Route, TurnEnd, Watch, WireRef,
 };
 use troubadour::{ActorId, AskError, Down, ExitReason, Immediate, NodeId};
 
@@ -88,6 +88,9 @@ pub(crate) struct Peer {
     /// `write_through`).
     writer: Mutex<Option<tokio::io::WriteHalf<Stream>>>,
     wake_writer: Notify,
+    /// This connection's flush, deferred to the end of an actor turn that
+    /// sent to it (see `flush_soon`).
+    flush: Arc<dyn TurnEnd>,
     room: Notify,
     pending: Mutex<HashMap<u64, PendingReply>>,
     lookups: Mutex<HashMap<u64, oneshot::Sender<Result<u64, String>>>>,
@@ -107,7 +110,7 @@ impl Peer {
     /// sent waits in its buffers until [`run`](Self::run) (or is dropped
     /// with it if no connection comes).
     pub(crate) fn new(shared: &Arc<Shared>, link: Arc<NodeLink>) -> Arc<Peer> {
-        Arc::new(Peer {
+        Arc::new_cyclic(|me| Peer {
             node: link.node.clone(),
             link,
             tls: AtomicBool::new(false),
@@ -122,6 +125,7 @@ impl Peer {
             }),
             writer: Mutex::new(None),
             wake_writer: Notify::new(),
+            flush: Arc::new(TurnEndFlush(me.clone())),
             room: Notify::new(),
             pending: Mutex::new(HashMap::new()),
             lookups: Mutex::new(HashMap::new()),
@@ -363,10 +367,37 @@ impl Peer {
             );
         }
         drop(out);
-        // Usually on the thread that awaited the local reply: write it
-        // from here if the stream is free, else the writer task will.
-        self.write_through();
-        self.wake_writer.notify_one();
+        // Usually on the thread of the actor that replied (see
+        // `inline_task.rs`): it leaves when that turn ends.
+        self.flush_soon(true);
+    }
+
+    /// Gets what was just queued written soon, without a thread hand-off
+    /// where possible:
+    ///
+    /// * on an actor's worker, when the turn ends: everything the turn
+    ///   sent to this node leaves in one write, from that worker;
+    /// * elsewhere, when someone waits for the answer (`urgent`: an ask,
+    ///   an answer), written now on the calling thread if the stream is
+    ///   free;
+    /// * else by the writer task, which takes whatever else was queued by
+    ///   then in the same write.
+    ///
+    /// What the socket does not take at once is left to the writer task.
+    fn flush_soon(&self, urgent: bool) {
+        if self.shared.simulated {
+            self.wake_writer.notify_one();
+        } else if troubadour::remote::at_turn_end(&self.flush) {
+            // A turn that queues a write's worth does not wait for its end.
+            if lock(&self.out).user.len() >= FLUSH_AT {
+                self.write_through();
+            }
+        } else if urgent {
+            self.write_through();
+            self.wake_writer.notify_one();
+        } else {
+            self.wake_writer.notify_one();
+        }
     }
 
     /// Takes everything queued, leftover first, if nobody is writing;
@@ -906,7 +937,6 @@ impl Peer {
             out.next_request += 1;
             r
         });
-        let was_empty = out.user.is_empty() && out.control.is_empty();
         let codec = peer.codec();
         let pending = with_ref_codec(&codec, || {
             (encoder.encode)(message, &mut out.user, to, request, &limits)
@@ -917,18 +947,7 @@ impl Peer {
             lock(&peer.pending).insert(request, pending);
         }
         drop(out);
-        if was_empty {
-            if ask {
-                // Someone waits for the answer: write the request now if
-                // the stream is free (one hand-off less), else the writer
-                // task will.
-                peer.write_through();
-            } else {
-                // A tell: the writer task takes it with whatever else is
-                // sent meanwhile, in one write.
-                peer.wake_writer.notify_one();
-            }
-        }
+        peer.flush_soon(ask);
         Ok(())
     }
 
@@ -1049,6 +1068,21 @@ impl RefCodec for Peer {
 
     fn system(&self) -> &troubadour::SystemHandle {
         &self.shared.system
+    }
+}
+
+/// A turn's queued bytes reach the socket when the turn ends.
+const FLUSH_AT: usize = 64 * 1024;
+
+/// [`Peer`]'s flush at the end of an actor turn; weak, so a deferred flush
+/// does not keep a closed connection alive.
+struct TurnEndFlush(std::sync::Weak<Peer>);
+
+impl TurnEnd for TurnEndFlush {
+    fn turn_ended(&self) {
+        if let Some(peer) = self.0.upgrade() {
+            peer.write_through();
+        }
     }
 }
 

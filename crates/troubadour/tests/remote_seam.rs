@@ -425,3 +425,71 @@ fn an_actor_id_names_a_remote_node_without_colliding_with_local_ones() {
     assert!(ActorId::on(&peer_node(), 1 << 44).is_none());
     assert!(NodeId::remote("bad name!", None, 1).is_err());
 }
+
+/// A flush that logs, for `at_turn_end`.
+struct LoggedFlush(Arc<Mutex<Vec<&'static str>>>);
+impl remote::TurnEnd for LoggedFlush {
+    fn turn_ended(&self) {
+        self.0.lock().unwrap().push("flushed");
+    }
+}
+
+/// Sends "to another node": defers its flush three times per message.
+struct Batcher {
+    log: Arc<Mutex<Vec<&'static str>>>,
+    flush: Arc<dyn remote::TurnEnd>,
+}
+impl Actor for Batcher {}
+impl Handler<Add> for Batcher {
+    fn handle(&mut self, _: Add, _: &mut Context<Self>) {
+        self.log.lock().unwrap().push("handled");
+        for _ in 0..3 {
+            assert!(
+                remote::at_turn_end(&self.flush),
+                "a handler runs on a worker"
+            );
+        }
+    }
+}
+
+/// Work deferred during a turn runs once after it, on the worker, before
+/// that worker's next turn: never before the handler that deferred it,
+/// never twice for one turn, and never left behind.
+#[test]
+fn work_deferred_in_a_turn_runs_once_when_the_turn_ends() {
+    let system = ActorSystem::new();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let flush: Arc<dyn remote::TurnEnd> = Arc::new(LoggedFlush(log.clone()));
+    let batcher = system
+        .spawn(Batcher {
+            log: log.clone(),
+            flush: flush.clone(),
+        })
+        .unwrap();
+    for round in 0..50 {
+        for n in 0..(round % 5 + 1) {
+            batcher.tell(Add(n)).unwrap();
+        }
+        let deadline = std::time::Instant::now() + LIVENESS;
+        loop {
+            let log = log.lock().unwrap();
+            let handled = log.iter().filter(|e| **e == "handled").count();
+            if handled == (0..=round).map(|r| r % 5 + 1).sum::<u64>() as usize
+                && log.last() == Some(&"flushed")
+            {
+                break;
+            }
+            drop(log);
+            assert!(std::time::Instant::now() < deadline, "liveness guard");
+            std::thread::yield_now();
+        }
+    }
+    let log = log.lock().unwrap();
+    assert_eq!(log.first(), Some(&"handled"));
+    assert!(
+        log.windows(2).all(|w| w != ["flushed", "flushed"]),
+        "one flush per turn however often it was deferred: {log:?}"
+    );
+    // Off a worker thread nothing is deferred.
+    assert!(!remote::at_turn_end(&flush));
+}

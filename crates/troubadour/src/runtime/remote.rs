@@ -24,6 +24,9 @@
 //! * **References in messages** (the `serde` feature): `ActorRef` and
 //!   `Recipient` are serde types whose wire form a `RefCodec` of the
 //!   remote layer decides.
+//! * **Batching.** [`at_turn_end`] defers work (a connection's flush) to
+//!   the end of the running actor turn, on the worker that ran it, so what
+//!   one turn sends to a node leaves in one write.
 //! * **Identity.** [`NodeId::remote`](crate::NodeId::remote) and
 //!   [`ActorId::on`] name other processes' nodes and actors.
 //!
@@ -43,6 +46,7 @@ use crate::api::context::Context;
 use crate::api::error::AskError;
 use crate::api::exit::{ActorId, Down, ExitReason, Exited};
 use crate::runtime::cell::{ActorCell, CellConfig};
+pub use crate::runtime::scheduler::TurnEnd;
 use crate::runtime::signal::{ControlHandle, Signal, Watcher};
 use crate::runtime::system::SystemHandle;
 use std::any::{Any, TypeId};
@@ -85,6 +89,53 @@ pub trait Route: Send + Sync + 'static {
         let _ = to;
         Box::pin(std::future::ready(()))
     }
+}
+
+/// Defers `work` to the end of the actor turn running on this thread:
+/// [`TurnEnd::turn_ended`] is called once, on this worker, after the
+/// turn's handler returns (however many times the same `work` was deferred
+/// during the turn), before the worker runs its next actor.
+///
+/// Returns `false`, and defers nothing, on a thread that is not one of the
+/// runtime's workers (a plain thread, a tokio task, a blocking actor's
+/// thread, a simulation's manual scheduling): the caller then does the work
+/// another way, such as waking its own writer task.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use troubadour::prelude::*;
+/// use troubadour::remote::{at_turn_end, TurnEnd};
+///
+/// #[derive(Default)]
+/// struct Flush(AtomicUsize);
+/// impl TurnEnd for Flush {
+///     fn turn_ended(&self) { self.0.fetch_add(1, Ordering::SeqCst); }
+/// }
+///
+/// struct Sender(Arc<dyn TurnEnd>);
+/// impl Actor for Sender {}
+/// struct Send3;
+/// impl Message for Send3 { type Reply = bool; }
+/// impl Handler<Send3> for Sender {
+///     fn handle(&mut self, _: Send3, _: &mut Context<Self>) -> bool {
+///         // Three sends in one turn, one flush after it.
+///         (0..3).all(|_| at_turn_end(&self.0))
+///     }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let flush = Arc::new(Flush::default());
+/// let sender = system.spawn(Sender(flush.clone()))?;
+/// assert!(sender.ask(Send3).wait()?);
+/// // The ask's reply was sent inside the turn; the flush runs right after.
+/// sender.ask(Send3).wait()?;
+/// assert!(flush.0.load(Ordering::SeqCst) >= 1);
+/// assert!(!at_turn_end(&(flush as Arc<dyn TurnEnd>)), "not a worker thread");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn at_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
+    crate::runtime::scheduler::defer_to_turn_end(work)
 }
 
 /// Why a [`Route`] did not take a message; each becomes the

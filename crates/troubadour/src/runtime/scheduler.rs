@@ -41,6 +41,7 @@
 
 mod idle;
 mod next_slot;
+mod turn_end;
 
 use crate::api::exit::ActorId;
 use crate::runtime::crash_report::{self, CrashReports};
@@ -127,6 +128,24 @@ struct WorkerLocal {
     /// do: they run again after everything in the slot and the deque, on
     /// this worker, where their mailbox's memory is.
     yielded: Worker<Task>,
+    turn_end: turn_end::TurnEndQueue,
+}
+
+pub use turn_end::TurnEnd;
+
+/// Defers `work` to the end of the actor turn running on this thread; `false`
+/// (and nothing deferred) when this is not a worker thread.
+pub(crate) fn defer_to_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
+    CURRENT.with(|c| {
+        let local = c.get();
+        if local.is_null() {
+            return false;
+        }
+        // SAFETY: a non-null pointer is this thread's own worker local,
+        // alive for the whole worker loop, and only this thread uses it.
+        unsafe { (*local).turn_end.defer(work) };
+        true
+    })
 }
 
 thread_local! {
@@ -557,6 +576,7 @@ fn run_worker(
         me,
         deque,
         yielded,
+        turn_end: Default::default(),
     };
     CURRENT.with(|c| c.set(&local as *const WorkerLocal));
     let _crash_reports = crash_report::actor_thread(shared.crash_reports);
@@ -606,6 +626,8 @@ fn run_worker(
         if shared.shutdown.load(Ordering::SeqCst) {
             break;
         }
+        // Nothing deferred outside a turn waits for this worker's sleep.
+        local.turn_end.run();
         shared.idle.prepare_sleep(me);
         if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
             shared.idle.cancel_sleep(me);
@@ -630,7 +652,9 @@ fn run_worker(
 #[inline]
 unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
     // SAFETY: we hold the role (contract).
-    if let Turn::Again = unsafe { task.clone().run_turn(shared.budget) } {
+    let turn = unsafe { task.clone().run_turn(shared.budget) };
+    local.turn_end.run();
+    if let Turn::Again = turn {
         // Out of budget with more to do: behind everything else this
         // worker has, but still on this worker.
         local.yielded.push(task);
