@@ -8,7 +8,8 @@
 //! (the default) both use certificates from a CA made for this run alone
 //! (rcgen, in a temporary directory removed afterwards).
 //!
-//! Pingpong, phase 1: per pair, a client here and an echo there; pings of
+//! Pingpong, phase 1: per pair, a client here and an echo there; pings
+//! carrying the client's reference (the echo answers whoever it names) and
 //! `--size` bytes in batches of 100 (the next batch once all 100 pongs are
 //! back), 200,000 echoes per pair (5,000 quick); `msgs_per_sec` counts
 //! pings and pongs. Phase 2: one client asks one echo 20,000 times in a row
@@ -36,9 +37,13 @@ const BATCH: u64 = 100;
 
 // ---- messages ------------------------------------------------------------
 
+/// Carries its client's reference, as every peer's ping carries its
+/// client's address (bench/peers/README.md): the echo answers whoever is
+/// named in the ping.
 #[derive(Serialize, Deserialize)]
 struct Ping {
     seq: u64,
+    reply_to: ActorRef<Client>,
     payload: serde_bytes::ByteBuf,
 }
 impl Message for Ping {
@@ -105,12 +110,13 @@ impl Message for Start {
 }
 
 impl Client {
-    fn send_batch(&mut self) {
+    fn send_batch(&mut self, me: &ActorRef<Client>) {
         let echo = self.echo.as_ref().expect("started");
         let end = (self.sent + BATCH).min(self.target);
         while self.sent < end {
             let mut ping = Ping {
                 seq: self.sent,
+                reply_to: me.clone(),
                 payload: self.payload.clone(),
             };
             // A full outbound queue hands the ping back: try again.
@@ -130,16 +136,16 @@ impl Client {
 }
 
 impl Handler<Start> for Client {
-    fn handle(&mut self, s: Start, _: &mut Context<Self>) {
+    fn handle(&mut self, s: Start, ctx: &mut Context<Self>) {
         self.echo = Some(s.echo);
         self.target = s.target;
         self.done = Some(s.done);
-        self.send_batch();
+        self.send_batch(&ctx.myself());
     }
 }
 
 impl Handler<Pong> for Client {
-    fn handle(&mut self, pong: Pong, _: &mut Context<Self>) {
+    fn handle(&mut self, pong: Pong, ctx: &mut Context<Self>) {
         assert_eq!(pong.seq, self.received, "pongs arrive in order");
         assert_eq!(pong.payload.len(), self.payload.len());
         self.received += 1;
@@ -148,7 +154,7 @@ impl Handler<Pong> for Client {
                 let _ = done.send(self.received);
             }
         } else if self.received == self.sent {
-            self.send_batch();
+            self.send_batch(&ctx.myself());
         }
     }
 }
@@ -160,16 +166,19 @@ impl RemoteActor for Client {
     }
 }
 
-/// Pingpong's echo: answers each ping to its client.
-struct Echo {
-    client: ActorRef<Client>,
-}
+/// Pingpong's echo: answers each ping to the client it names.
+struct Echo;
 impl Actor for Echo {}
 impl Handler<Ping> for Echo {
-    fn handle(&mut self, Ping { seq, payload }: Ping, _: &mut Context<Self>) {
+    fn handle(&mut self, ping: Ping, _: &mut Context<Self>) {
+        let Ping {
+            seq,
+            reply_to,
+            payload,
+        } = ping;
         let mut pong = Pong { seq, payload };
         loop {
-            match self.client.tell(pong) {
+            match reply_to.tell(pong) {
                 Ok(()) => break,
                 Err(SendError::Full(p)) => {
                     pong = p;
@@ -221,7 +230,6 @@ struct Args {
     threads: usize,
     // The second process only.
     dir: Option<PathBuf>,
-    peer: Option<SocketAddr>,
 }
 
 fn parse(argv: &[String]) -> Result<Args, String> {
@@ -235,7 +243,6 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         rtt_only: false,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
         dir: None,
-        peer: None,
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -276,13 +283,6 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                 value("--timeout-s")?;
             }
             "--dir" => a.dir = Some(value("--dir")?.into()),
-            "--peer" => {
-                a.peer = Some(
-                    value("--peer")?
-                        .parse()
-                        .map_err(|_| "--peer needs an address")?,
-                )
-            }
             w if !w.starts_with('-') && a.workload.is_empty() => a.workload = w.to_string(),
             other => return Err(format!("unexpected argument {other}")),
         }
@@ -318,6 +318,8 @@ fn start_remote(system: &ActorSystem, args: &Args, dir: &Path) -> Result<Remote,
         .register::<Pong>()
         .register::<Rtt>()
         .register::<Work>()
+        // Pings carry a client's reference.
+        .actor::<Client>()
         .outbound_queue_bytes(64 * 1024 * 1024)
         .listen("127.0.0.1:0".parse().expect("an address"));
     system
@@ -335,12 +337,8 @@ fn peer_main(args: Args) -> Result<(), String> {
         .build();
     let remote = start_remote(&system, &args, &dir)?;
     if args.workload == "remote-pingpong" {
-        let parent = args.peer.ok_or("--peer missing")?;
         for i in 0..args.pairs {
-            let client = system
-                .block_on(remote.lookup::<Client>(parent, &format!("client-{i}")))
-                .map_err(|e| e.to_string())?;
-            let echo = system.spawn(Echo { client }).map_err(|e| e.to_string())?;
+            let echo = system.spawn(Echo).map_err(|e| e.to_string())?;
             remote
                 .expose(&format!("echo-{i}"), &echo)
                 .map_err(|e| e.to_string())?;
@@ -372,11 +370,7 @@ impl Drop for PeerProcess {
     }
 }
 
-fn start_peer(
-    args: &Args,
-    dir: &Path,
-    parent: Option<SocketAddr>,
-) -> Result<(PeerProcess, SocketAddr), String> {
+fn start_peer(args: &Args, dir: &Path) -> Result<(PeerProcess, SocketAddr), String> {
     let exe = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut cmd = Command::new(exe);
     cmd.arg("__remote-peer")
@@ -384,9 +378,6 @@ fn start_peer(
         .args(["--dir", &dir.display().to_string()])
         .args(["--pairs", &args.pairs.to_string()])
         .args(["--threads", &args.threads.to_string()]);
-    if let Some(p) = parent {
-        cmd.args(["--peer", &p.to_string()]);
-    }
     if args.plaintext {
         cmd.arg("--plaintext");
     }
@@ -427,7 +418,7 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
     let remote = start_remote(&system, args, dir)?;
     let payload = serde_bytes::ByteBuf::from(vec![0x5a; args.size]);
     let clients: Vec<ActorRef<Client>> = (0..args.pairs)
-        .map(|i| {
+        .map(|_| {
             let c = system
                 .spawn(Client {
                     echo: None,
@@ -438,13 +429,10 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
                     done: None,
                 })
                 .map_err(|e| e.to_string())?;
-            remote
-                .expose(&format!("client-{i}"), &c)
-                .map_err(|e| e.to_string())?;
             Ok(c)
         })
         .collect::<Result<_, String>>()?;
-    let (_peer, addr) = start_peer(args, dir, remote.local_addr())?;
+    let (_peer, addr) = start_peer(args, dir)?;
     let echoes: Vec<ActorRef<Echo>> = (0..args.pairs)
         .map(|i| {
             system
@@ -518,7 +506,7 @@ fn pi(args: &Args, dir: &Path) -> Result<(Duration, u64, f64), String> {
         .worker_threads(args.threads)
         .build();
     let remote = start_remote(&system, args, dir)?;
-    let (_peer, addr) = start_peer(args, dir, None)?;
+    let (_peer, addr) = start_peer(args, dir)?;
     let workers: Vec<ActorRef<Worker>> = (0..args.threads)
         .map(|i| {
             system
