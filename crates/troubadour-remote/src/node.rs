@@ -87,6 +87,9 @@ pub(crate) struct Shared {
     pub actor_types: HashMap<TypeId, ExportActorFn>,
     pub stats: RemoteStats,
     pub listen_addr: Option<SocketAddr>,
+    /// This node's name and listen address as references carry them.
+    wire_name: String,
+    wire_address: Option<String>,
     /// No sockets: connections are made and driven by a simulation.
     pub simulated: bool,
     exports: RwLock<Exports>,
@@ -146,7 +149,7 @@ impl Shared {
 
     /// The wire form of a reference being sent: a local actor is exported
     /// (the first time), a proxy names its own node.
-    pub(crate) fn encode_ref(&self, target: RefTarget<'_>) -> Result<WireRef, String> {
+    pub(crate) fn encode_ref(&self, target: RefTarget<'_>) -> Result<WireRef<'_>, String> {
         let (id, wire_node) = match &target {
             RefTarget::Actor { id, .. } | RefTarget::Recipient { id, .. } => (*id, id.node()),
             _ => return Err("a kind of reference this version cannot send".into()),
@@ -154,17 +157,17 @@ impl Shared {
         let local = self.system.node();
         if wire_node != local {
             return Ok(WireRef {
-                node: wire_node.name().to_string(),
+                node: wire_node.name().to_string().into(),
                 incarnation: wire_node.incarnation(),
-                address: wire_node.address().map(|a| a.to_string()),
+                address: wire_node.address().map(|a| a.to_string().into()),
                 serial: id.serial(),
             });
         }
         let serial = id.serial();
         let wire = WireRef {
-            node: local.name().to_string(),
+            node: self.wire_name.as_str().into(),
             incarnation: local.incarnation(),
-            address: self.listen_addr.map(|a| a.to_string()),
+            address: self.wire_address.as_deref().map(Into::into),
             serial,
         };
         // Exported already (the common case for a reply-to sent again and
@@ -244,7 +247,7 @@ impl Shared {
     /// peer it came from, or of a third node this one is connected to.
     pub(crate) fn resolve_ref(
         self: &Arc<Self>,
-        wire: &WireRef,
+        wire: &WireRef<'_>,
         want: TypeId,
         from: &Arc<NodeLink>,
     ) -> Result<Resolved, String> {
@@ -551,6 +554,8 @@ impl RemoteBuilder {
             actor_types: self.actor_types,
             stats: RemoteStats::default(),
             listen_addr: local_addr,
+            wire_name: system.node().name().to_string(),
+            wire_address: local_addr.map(|a| a.to_string()),
             simulated,
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),

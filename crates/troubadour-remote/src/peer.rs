@@ -95,6 +95,11 @@ pub(crate) struct Peer {
     pending: Mutex<HashMap<u64, PendingReply>>,
     lookups: Mutex<HashMap<u64, oneshot::Sender<Result<u64, String>>>>,
     crossing: Mutex<Crossing>,
+    /// Proxies made from references that named the peer's own actors, by
+    /// (serial, `TypeId` of the reference): a reply-to reference in every
+    /// message resolves to the same proxy. Emptied when it reaches
+    /// `PROXY_CACHE` entries and when the connection is lost.
+    proxies: Mutex<HashMap<(u64, std::any::TypeId), Arc<dyn std::any::Any + Send + Sync>>>,
     lost: AtomicBool,
     closed: Notify,
     /// In a simulated connection: the answers to incoming asks, awaited by
@@ -133,6 +138,7 @@ impl Peer {
                 next_watch: 1,
                 ..Crossing::default()
             }),
+            proxies: Mutex::new(HashMap::new()),
             lost: AtomicBool::new(false),
             closed: Notify::new(),
             answers: shared.simulated.then(|| Mutex::new(Vec::new())),
@@ -271,6 +277,7 @@ impl Peer {
         for (_, tx) in std::mem::take(&mut *lock(&self.lookups)) {
             let _ = tx.send(Err(format!("the connection was lost: {reason}")));
         }
+        drop(std::mem::take(&mut *lock(&self.proxies)));
         let crossing = std::mem::take(&mut *lock(&self.crossing));
         for (_, (target, watch)) in crossing.watches {
             if let Some(id) = ActorId::on(&self.node, target) {
@@ -1053,14 +1060,59 @@ impl Peer {
     }
 }
 
+/// The most proxies one connection keeps for references it decodes.
+const PROXY_CACHE: usize = 4096;
+
+impl Peer {
+    /// Whether `wire` names an actor of the node at the other end.
+    fn names_peer(&self, wire: &WireRef<'_>) -> bool {
+        wire.node == self.node.name() && wire.incarnation == self.node.incarnation()
+    }
+}
+
 impl RefCodec for Peer {
-    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef, String> {
+    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef<'_>, String> {
         self.shared
             .encode_ref(target)
             .inspect_err(|e| crate::messages::note_ref_error(e))
     }
 
-    fn decode(&self, wire: &WireRef, want: std::any::TypeId) -> Result<Resolved, String> {
+    fn known(
+        &self,
+        wire: &WireRef<'_>,
+        want: std::any::TypeId,
+    ) -> Option<Arc<dyn std::any::Any + Send + Sync>> {
+        if !self.names_peer(wire) {
+            return None;
+        }
+        lock(&self.proxies).get(&(wire.serial, want)).cloned()
+    }
+
+    fn remember(
+        &self,
+        wire: &WireRef<'_>,
+        want: std::any::TypeId,
+        made: Arc<dyn std::any::Any + Send + Sync>,
+    ) {
+        if !self.names_peer(wire) {
+            return;
+        }
+        let mut proxies = lock(&self.proxies);
+        // Checked under the lock `lose` empties the table under.
+        if self.is_lost() {
+            return;
+        }
+        let evicted = if proxies.len() >= PROXY_CACHE {
+            std::mem::take(&mut *proxies)
+        } else {
+            HashMap::new()
+        };
+        proxies.insert((wire.serial, want), made);
+        drop(proxies);
+        drop(evicted);
+    }
+
+    fn decode(&self, wire: &WireRef<'_>, want: std::any::TypeId) -> Result<Resolved, String> {
         self.shared
             .resolve_ref(wire, want, &self.link)
             .inspect_err(|e| crate::messages::note_ref_error(e))

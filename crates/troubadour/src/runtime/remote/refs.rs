@@ -22,19 +22,24 @@ use serde::de::Error as _;
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-/// A reference as it travels: which node, which actor.
+/// A reference as it travels: which node, which actor. The strings borrow
+/// from the codec when encoding and from the frame when decoding, so a
+/// reference costs no allocation either way.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WireRef {
+pub struct WireRef<'a> {
     /// The node's name.
-    pub node: String,
+    #[serde(borrow)]
+    pub node: Cow<'a, str>,
     /// The node's incarnation.
     pub incarnation: u64,
     /// Where the node listens, if it does (`ip:port`).
-    pub address: Option<String>,
+    #[serde(borrow)]
+    pub address: Option<Cow<'a, str>>,
     /// The actor's serial on that node.
     pub serial: u64,
 }
@@ -90,14 +95,31 @@ pub enum Resolved {
 /// argument.
 pub trait RefCodec: Send + Sync {
     /// The wire form of a reference about to be serialized.
-    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef, String>;
+    fn encode(&self, target: RefTarget<'_>) -> Result<WireRef<'_>, String>;
 
     /// What a decoded reference stands for. `want` is the `TypeId` of the
     /// `ActorRef<A>` or `Recipient<M>` being deserialized.
-    fn decode(&self, wire: &WireRef, want: TypeId) -> Result<Resolved, String>;
+    fn decode(&self, wire: &WireRef<'_>, want: TypeId) -> Result<Resolved, String>;
 
     /// The system decoded proxies belong to.
     fn system(&self) -> &SystemHandle;
+
+    /// A reference made earlier from the same `wire` as the same `want`
+    /// (see [`remember`](Self::remember)), to hand out again instead of a
+    /// new proxy: a reply-to reference that arrives in every message then
+    /// costs a lookup, not a proxy. The default remembers nothing.
+    fn known(&self, wire: &WireRef<'_>, want: TypeId) -> Option<Arc<dyn Any + Send + Sync>> {
+        let _ = (wire, want);
+        None
+    }
+
+    /// Offers the proxy just made for `wire` (an `ActorRef<A>` or a
+    /// `Recipient<M>`, as `want` says) for [`known`](Self::known) to return
+    /// later. A codec that caches should bound what it keeps and forget a
+    /// node's proxies when the node is declared down.
+    fn remember(&self, wire: &WireRef<'_>, want: TypeId, made: Arc<dyn Any + Send + Sync>) {
+        let _ = (wire, want, made);
+    }
 }
 
 thread_local! {
@@ -131,18 +153,20 @@ const NO_CODEC: &str = "an ActorRef or Recipient can only be serialized or deser
 
 impl<A: Actor> Serialize for ActorRef<A> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let wire = current(|codec| {
-            codec
-                .ok_or_else(|| NO_CODEC.to_string())?
-                .encode(RefTarget::Actor {
-                    id: self.id(),
-                    actor_type: TypeId::of::<A>(),
-                    type_name: std::any::type_name::<A>(),
-                    actor: self,
+        current(|codec| {
+            let wire = codec
+                .ok_or_else(|| NO_CODEC.to_string())
+                .and_then(|codec| {
+                    codec.encode(RefTarget::Actor {
+                        id: self.id(),
+                        actor_type: TypeId::of::<A>(),
+                        type_name: std::any::type_name::<A>(),
+                        actor: self,
+                    })
                 })
+                .map_err(S::Error::custom)?;
+            wire.serialize(s)
         })
-        .map_err(S::Error::custom)?;
-        wire.serialize(s)
     }
 }
 
@@ -151,14 +175,24 @@ impl<'de, A: Actor> Deserialize<'de> for ActorRef<A> {
         let wire = WireRef::deserialize(d)?;
         current(|codec| {
             let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
-            match codec.decode(&wire, TypeId::of::<ActorRef<A>>())? {
+            let want = TypeId::of::<ActorRef<A>>();
+            if let Some(known) = codec.known(&wire, want) {
+                if let Some(r) = known.downcast_ref::<ActorRef<A>>() {
+                    return Ok(r.clone());
+                }
+            }
+            match codec.decode(&wire, want)? {
                 Resolved::Local(any) => any.downcast::<ActorRef<A>>().map(|b| *b).map_err(|_| {
                     format!(
                         "the reference names an actor of this node that is not a {}",
                         std::any::type_name::<A>()
                     )
                 }),
-                Resolved::Remote { id, route } => Ok(proxy::<A>(codec.system(), id, route)),
+                Resolved::Remote { id, route } => {
+                    let made = proxy::<A>(codec.system(), id, route);
+                    codec.remember(&wire, want, Arc::new(made.clone()));
+                    Ok(made)
+                }
             }
         })
         .map_err(D::Error::custom)
@@ -167,18 +201,20 @@ impl<'de, A: Actor> Deserialize<'de> for ActorRef<A> {
 
 impl<M: Message> Serialize for Recipient<M> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let wire = current(|codec| {
-            codec
-                .ok_or_else(|| NO_CODEC.to_string())?
-                .encode(RefTarget::Recipient {
-                    id: self.id(),
-                    message_type: TypeId::of::<M>(),
-                    type_name: std::any::type_name::<M>(),
-                    recipient: self,
+        current(|codec| {
+            let wire = codec
+                .ok_or_else(|| NO_CODEC.to_string())
+                .and_then(|codec| {
+                    codec.encode(RefTarget::Recipient {
+                        id: self.id(),
+                        message_type: TypeId::of::<M>(),
+                        type_name: std::any::type_name::<M>(),
+                        recipient: self,
+                    })
                 })
+                .map_err(S::Error::custom)?;
+            wire.serialize(s)
         })
-        .map_err(S::Error::custom)?;
-        wire.serialize(s)
     }
 }
 
@@ -187,7 +223,13 @@ impl<'de, M: Message> Deserialize<'de> for Recipient<M> {
         let wire = WireRef::deserialize(d)?;
         current(|codec| {
             let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
-            match codec.decode(&wire, TypeId::of::<Recipient<M>>())? {
+            let want = TypeId::of::<Recipient<M>>();
+            if let Some(known) = codec.known(&wire, want) {
+                if let Some(r) = known.downcast_ref::<Recipient<M>>() {
+                    return Ok(r.clone());
+                }
+            }
+            match codec.decode(&wire, want)? {
                 Resolved::Local(any) => any.downcast::<Recipient<M>>().map(|b| *b).map_err(|_| {
                     format!(
                         "the reference names an actor of this node that does not take {}",
@@ -195,8 +237,10 @@ impl<'de, M: Message> Deserialize<'de> for Recipient<M> {
                     )
                 }),
                 Resolved::Remote { id, route } => {
-                    Ok(proxy::<RemoteRecipient<M>>(codec.system(), id, route)
-                        .recipient::<M, Immediate>())
+                    let made = proxy::<RemoteRecipient<M>>(codec.system(), id, route)
+                        .recipient::<M, Immediate>();
+                    codec.remember(&wire, want, Arc::new(made.clone()));
+                    Ok(made)
                 }
             }
         })
