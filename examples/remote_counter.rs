@@ -2,7 +2,7 @@
 //! TLS.
 //!
 //! ```text
-//! # once: a CA and a certificate for 127.0.0.1, FOR TRYING THIS EXAMPLE ONLY
+//! # once: a CA and a certificate per node, FOR TRYING THIS EXAMPLE ONLY
 //! cargo run -p troubadour-remote --example remote_counter -- certs ./example-certs
 //! # terminal 1: the node that hosts the counter
 //! cargo run -p troubadour-remote --example remote_counter -- serve 127.0.0.1:7100 ./example-certs
@@ -83,10 +83,17 @@ impl Handler<Changed> for Printer {
     }
 }
 
-fn remote(certs: &Path) -> Result<troubadour_remote::RemoteBuilder, Box<dyn std::error::Error>> {
+/// Node names: each node's certificate is issued for its name.
+const SERVER: &str = "counter-node";
+const CLIENT: &str = "client-node";
+
+fn remote(
+    node: &str,
+    certs: &Path,
+) -> Result<troubadour_remote::RemoteBuilder, Box<dyn std::error::Error>> {
     let tls = TlsConfig::from_pem(
-        &std::fs::read(certs.join("node.pem"))?,
-        &std::fs::read(certs.join("node.key"))?,
+        &std::fs::read(certs.join(format!("{node}.pem")))?,
+        &std::fs::read(certs.join(format!("{node}.key")))?,
         &std::fs::read(certs.join("ca.pem"))?,
     )?;
     Ok(Remote::builder("example-cluster", Security::Tls(tls))
@@ -102,8 +109,8 @@ fn serve(
     certs: &Path,
     until: impl FnOnce(),
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let system = ActorSystem::builder().name("counter-node").build();
-    let remote = system.block_on(remote(certs)?.listen(addr).start(&system))?;
+    let system = ActorSystem::builder().name(SERVER).build();
+    let remote = system.block_on(remote(SERVER, certs)?.listen(addr).start(&system))?;
     let counter = system.spawn(Counter::default())?;
     remote.expose("counter", &counter)?;
     println!("serve: the counter is exposed as \"counter\" on {addr}");
@@ -112,9 +119,9 @@ fn serve(
 }
 
 fn client(addr: SocketAddr, certs: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let system = ActorSystem::builder().name("client-node").build();
+    let system = ActorSystem::builder().name(CLIENT).build();
     // Recipients of `Changed` the counter gets travel as references.
-    let remote = system.block_on(remote(certs)?.start(&system))?;
+    let remote = system.block_on(remote(CLIENT, certs)?.start(&system))?;
     let counter: ActorRef<Counter> = system.block_on(remote.lookup::<Counter>(addr, "counter"))?;
     println!("client: found {counter:?}");
 
@@ -134,13 +141,16 @@ fn client(addr: SocketAddr, certs: &Path) -> Result<(), Box<dyn std::error::Erro
     Ok(())
 }
 
-/// A CA and one certificate for 127.0.0.1 and localhost, written to `dir`.
-/// For trying the example only: a real cluster's CA key stays offline.
+/// A CA and a certificate for each node (its node name, 127.0.0.1 and
+/// localhost), written to `dir`. For trying the example only: a real
+/// cluster's CA key stays offline.
 fn certs(dir: &Path) -> Result<(), Box<dyn std::error::Error>> {
     let ca = troubadour_remote::dev_certs::DevCa::new("troubadour example CA - FOR TESTS ONLY")?;
-    ca.write_node(dir, "node")?;
+    for node in [SERVER, CLIENT] {
+        ca.write_node(dir, node)?;
+    }
     println!(
-        "certs: wrote ca.pem, node.pem, node.key to {}",
+        "certs: wrote ca.pem and {SERVER}.pem/.key, {CLIENT}.pem/.key to {}",
         dir.display()
     );
     Ok(())

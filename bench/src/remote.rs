@@ -299,21 +299,33 @@ fn parse(argv: &[String]) -> Result<Args, String> {
 fn make_certificates(dir: &Path) -> Result<(), String> {
     let ca = troubadour_remote::dev_certs::DevCa::new("troubadour-bench CA (this run only)")
         .map_err(|e| e.to_string())?;
-    ca.write_node(dir, "node").map_err(|e| e.to_string())
+    for node in NODES {
+        ca.write_node(dir, node).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
-fn security(args: &Args, dir: &Path) -> Result<Security, String> {
+/// The processes' node names (pingpong's, pi's, the second process's); each
+/// one's certificate is issued for its name.
+const NODES: [&str; 3] = ["bench-client", "bench-coordinator", "bench-peer"];
+
+fn security(args: &Args, dir: &Path, node: &str) -> Result<Security, String> {
     if args.plaintext {
         return Ok(Security::PlaintextLoopbackOnly);
     }
     let read = |n: &str| std::fs::read(dir.join(n)).map_err(|e| format!("{n}: {e}"));
-    let tls = TlsConfig::from_pem(&read("node.pem")?, &read("node.key")?, &read("ca.pem")?)
-        .map_err(|e| e.to_string())?;
+    let tls = TlsConfig::from_pem(
+        &read(&format!("{node}.pem"))?,
+        &read(&format!("{node}.key"))?,
+        &read("ca.pem")?,
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Security::Tls(tls))
 }
 
 fn start_remote(system: &ActorSystem, args: &Args, dir: &Path) -> Result<Remote, String> {
-    let builder = Remote::builder("troubadour-bench", security(args, dir)?)
+    let node = system.node();
+    let builder = Remote::builder("troubadour-bench", security(args, dir, node.name())?)
         .register::<Ping>()
         .register::<Pong>()
         .register::<Rtt>()

@@ -14,7 +14,9 @@
 //!    over TLS 1.3 only;
 //! 2. sent, as its first frame, a [`Handshake`] with our cluster name, our
 //!    [`PROTOCOL_VERSION`], and a `(node name, incarnation)` that was not
-//!    declared down ([`DeclaredDown`]);
+//!    declared down ([`DeclaredDown`]), the node name being one its
+//!    certificate is issued for (a DNS subject alternative name), so no
+//!    member of the cluster can speak for another;
 //!
 //! 3. accepted ours: each side sends its handshake as soon as TLS is up,
 //!    checks the peer's on its own evidence, and answers with a verdict
@@ -400,7 +402,9 @@ impl Endpoint {
             Some(Err(e)) => return Err(ConnectError::BadHandshake(e)),
             Some(Ok(h)) => h,
         };
-        let verdict = self.check(&theirs);
+        let verdict = self
+            .check(&theirs)
+            .and_then(|()| stream.check_certificate_names(&theirs.node_name));
         let mut out = Vec::new();
         match &verdict {
             Ok(()) => encode_frame(
@@ -631,6 +635,23 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// Whether the peer's certificate is issued for `node_name` (a DNS
+    /// subject alternative name; webpki's matching, case-insensitive). Its
+    /// chain was verified against the cluster's CA by TLS already. Nothing
+    /// to check on a plaintext connection.
+    fn check_certificate_names(&self, node_name: &str) -> Result<(), ConnectError> {
+        let Some(cert) = self.peer_certificate() else {
+            return Ok(());
+        };
+        let refused = || ConnectError::NameNotInCertificate {
+            node_name: node_name.to_owned(),
+        };
+        let name = ServerName::try_from(node_name).map_err(|_| refused())?;
+        let cert = webpki::EndEntityCert::try_from(&cert).map_err(|_| refused())?;
+        cert.verify_is_valid_for_subject_name(&name)
+            .map_err(|_| refused())
+    }
+
     fn peer_certificate(&self) -> Option<CertificateDer<'static>> {
         match self {
             Stream::Tls(tls) => {
@@ -734,6 +755,14 @@ pub enum ConnectError {
         /// The peer's.
         theirs: u16,
     },
+    /// The peer's handshake names a node its certificate is not issued
+    /// for: a node's certificate must carry its node name as a DNS subject
+    /// alternative name, so that a member of the cluster cannot speak for
+    /// another.
+    NameNotInCertificate {
+        /// The node name from the peer's handshake.
+        node_name: String,
+    },
     /// The peer's incarnation was declared down ([`DeclaredDown`]).
     IncarnationDown {
         /// The peer's node name.
@@ -811,6 +840,12 @@ impl fmt::Display for ConnectError {
                 f,
                 "the peer speaks protocol version {theirs}, this node {ours}; run compatible \
                  troubadour-remote versions"
+            ),
+            ConnectError::NameNotInCertificate { node_name } => write!(
+                f,
+                "the peer says it is node {node_name:?}, but its certificate (signed by the \
+                 cluster's CA) is not issued for that name; give each node a certificate with its \
+                 node name as a DNS subject alternative name (as `dev_certs::DevCa::node` does)"
             ),
             ConnectError::IncarnationDown {
                 node_name,

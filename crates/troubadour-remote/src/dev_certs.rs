@@ -53,11 +53,13 @@ impl DevCa {
         &self.pem
     }
 
-    /// A node certificate for `localhost` and 127.0.0.1, common name
-    /// `name`, valid as server and client: (certificate PEM, key PEM).
+    /// A certificate for node `name` (its node name as a DNS subject
+    /// alternative name, which the handshake requires), also valid for
+    /// `localhost` and 127.0.0.1, common name `name`, as server and client:
+    /// (certificate PEM, key PEM).
     pub fn node(&self, name: &str) -> Result<(String, String), rcgen::Error> {
         let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(vec!["localhost".to_owned()])?;
+        let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])?;
         params
             .subject_alt_names
             .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));

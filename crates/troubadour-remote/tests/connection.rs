@@ -216,6 +216,49 @@ async fn another_clusters_node_is_refused_by_both_sides() {
     }
 }
 
+/// A member of the cluster cannot speak for another node: the name in the
+/// handshake must be one the certificate is issued for, checked by both
+/// sides.
+#[tokio::test]
+async fn a_node_whose_certificate_names_another_node_is_refused_by_both_sides() {
+    let ca = Ca::new("shared CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls("a", &ca));
+    // Mallory holds a genuine certificate of the cluster, issued for
+    // "mallory", and claims to be "b".
+    let mallory = endpoint(CLUSTER, "b", 1, ca.tls("mallory", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+    let dialled = guard(mallory.connect(addr, "localhost")).await.unwrap_err();
+    match guard(accepted).await.unwrap().unwrap_err() {
+        ConnectError::NameNotInCertificate { node_name } => assert_eq!(node_name, "b"),
+        e => panic!("expected the name to be refused, got {e}"),
+    }
+    assert!(
+        matches!(&dialled, ConnectError::PeerRefused { reason } if reason.contains("is not issued for that name")),
+        "{dialled}"
+    );
+
+    // The other way round: a listener that claims a name its certificate
+    // does not carry is refused by whoever dials it.
+    let impostor = endpoint(CLUSTER, "a", 2, ca.tls("mallory", &ca));
+    let honest = endpoint(CLUSTER, "c", 1, ca.tls("c", &ca));
+    let (addr, accepted) = serve_one(&impostor).await;
+    match guard(honest.connect(addr, "localhost")).await.unwrap_err() {
+        ConnectError::NameNotInCertificate { node_name } => assert_eq!(node_name, "a"),
+        e => panic!("expected the name to be refused, got {e}"),
+    }
+    let _ = guard(accepted).await;
+
+    // With matching names both sides accept.
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let (addr, accepted) = serve_one(&a).await;
+    let conn = guard(b.connect(addr, "localhost")).await.unwrap();
+    assert_eq!(conn.peer().node_name, "a");
+    assert_eq!(
+        guard(accepted).await.unwrap().unwrap().peer().node_name,
+        "b"
+    );
+}
+
 #[tokio::test]
 async fn another_protocol_version_is_refused() {
     let ca = Ca::new("cluster CA");

@@ -164,7 +164,7 @@ proptest! {
         }
         prop_assert_eq!(PANICS.load(Ordering::SeqCst), 0, "a hostile frame made the node panic");
         // A well-behaved node is still served.
-        let system = ActorSystem::new();
+        let system = ActorSystem::builder().name("friend").build();
         let friend = system
             .block_on(
                 Remote::builder(CLUSTER, Security::Tls(t.ca.tls("friend", &t.ca)))
