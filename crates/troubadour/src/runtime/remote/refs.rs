@@ -151,22 +151,29 @@ fn current<R>(f: impl FnOnce(Option<&dyn RefCodec>) -> R) -> R {
 const NO_CODEC: &str = "an ActorRef or Recipient can only be serialized or deserialized by the \
      remote layer (inside a message sent to another node)";
 
+/// Serializes `target` in the wire form the current codec gives it (which
+/// may borrow from the codec, hence inside `current`).
+fn serialize_ref<S: Serializer>(s: S, target: RefTarget<'_>) -> Result<S::Ok, S::Error> {
+    current(|codec| {
+        let wire = codec
+            .ok_or_else(|| NO_CODEC.to_string())
+            .and_then(|codec| codec.encode(target))
+            .map_err(S::Error::custom)?;
+        wire.serialize(s)
+    })
+}
+
 impl<A: Actor> Serialize for ActorRef<A> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        current(|codec| {
-            let wire = codec
-                .ok_or_else(|| NO_CODEC.to_string())
-                .and_then(|codec| {
-                    codec.encode(RefTarget::Actor {
-                        id: self.id(),
-                        actor_type: TypeId::of::<A>(),
-                        type_name: std::any::type_name::<A>(),
-                        actor: self,
-                    })
-                })
-                .map_err(S::Error::custom)?;
-            wire.serialize(s)
-        })
+        serialize_ref(
+            s,
+            RefTarget::Actor {
+                id: self.id(),
+                actor_type: TypeId::of::<A>(),
+                type_name: std::any::type_name::<A>(),
+                actor: self,
+            },
+        )
     }
 }
 
@@ -201,20 +208,15 @@ impl<'de, A: Actor> Deserialize<'de> for ActorRef<A> {
 
 impl<M: Message> Serialize for Recipient<M> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        current(|codec| {
-            let wire = codec
-                .ok_or_else(|| NO_CODEC.to_string())
-                .and_then(|codec| {
-                    codec.encode(RefTarget::Recipient {
-                        id: self.id(),
-                        message_type: TypeId::of::<M>(),
-                        type_name: std::any::type_name::<M>(),
-                        recipient: self,
-                    })
-                })
-                .map_err(S::Error::custom)?;
-            wire.serialize(s)
-        })
+        serialize_ref(
+            s,
+            RefTarget::Recipient {
+                id: self.id(),
+                message_type: TypeId::of::<M>(),
+                type_name: std::any::type_name::<M>(),
+                recipient: self,
+            },
+        )
     }
 }
 
