@@ -643,6 +643,8 @@ fn run_worker(
             break;
         }
     }
+    // Work deferred by the last turns (a connection's flush) still runs.
+    local.turn_end.run();
     // The slot outlives this thread (it is shared); empty it as the deque
     // empties when it drops, so no actor is kept alive by a stopped worker.
     drop(shared.next[me].take());
