@@ -373,10 +373,11 @@ impl Peer {
                 &limits,
             );
         }
+        let queued = out.user.len();
         drop(out);
         // Usually on the thread of the actor that replied (see
         // `inline_task.rs`): it leaves when that turn ends.
-        self.flush_soon(true);
+        self.flush_soon(true, queued);
     }
 
     /// Gets what was just queued written soon, without a thread hand-off
@@ -391,12 +392,13 @@ impl Peer {
     ///   then in the same write.
     ///
     /// What the socket does not take at once is left to the writer task.
-    fn flush_soon(&self, urgent: bool) {
+    /// `queued`: the user buffer's length after what was just queued.
+    fn flush_soon(&self, urgent: bool, queued: usize) {
         if self.shared.simulated {
             self.wake_writer.notify_one();
         } else if troubadour::remote::at_turn_end(&self.flush) {
             // A turn that queues a write's worth does not wait for its end.
-            if lock(&self.out).user.len() >= FLUSH_AT {
+            if queued >= FLUSH_AT {
                 self.write_through();
             }
         } else if urgent {
@@ -953,8 +955,9 @@ impl Peer {
             // can send the request, so before any reply can come.
             lock(&peer.pending).insert(request, pending);
         }
+        let queued = out.user.len();
         drop(out);
-        peer.flush_soon(ask);
+        peer.flush_soon(ask, queued);
         Ok(())
     }
 
