@@ -402,8 +402,9 @@ impl Peer {
                 self.write_through();
             }
         } else if urgent {
+            // Whatever this write leaves, or finds another writer busy
+            // with, that writer's `done_writing` hands to the writer task.
             self.write_through();
-            self.wake_writer.notify_one();
         } else {
             self.wake_writer.notify_one();
         }
