@@ -177,32 +177,53 @@ impl<A: Actor> Serialize for ActorRef<A> {
     }
 }
 
+/// Deserializes a reference of type `R` (an `ActorRef<A>` or a
+/// `Recipient<M>`): the proxy the codec made earlier from the same wire
+/// form, else what the codec resolves it to: the local reference, or a
+/// proxy made by `make` and offered to the codec to keep.
+fn deserialize_ref<'de, D, R>(
+    d: D,
+    not_local: impl FnOnce() -> String,
+    make: impl FnOnce(&SystemHandle, ActorId, Arc<dyn Route>) -> R,
+) -> Result<R, D::Error>
+where
+    D: Deserializer<'de>,
+    R: Clone + Send + Sync + 'static,
+{
+    let wire = WireRef::deserialize(d)?;
+    current(|codec| {
+        let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
+        let want = TypeId::of::<R>();
+        if let Some(r) = codec
+            .known(&wire, want)
+            .and_then(|known| known.downcast_ref::<R>().cloned())
+        {
+            return Ok(r);
+        }
+        match codec.decode(&wire, want)? {
+            Resolved::Local(any) => any.downcast::<R>().map(|b| *b).map_err(|_| not_local()),
+            Resolved::Remote { id, route } => {
+                let made = make(codec.system(), id, route);
+                codec.remember(&wire, want, Arc::new(made.clone()));
+                Ok(made)
+            }
+        }
+    })
+    .map_err(D::Error::custom)
+}
+
 impl<'de, A: Actor> Deserialize<'de> for ActorRef<A> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let wire = WireRef::deserialize(d)?;
-        current(|codec| {
-            let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
-            let want = TypeId::of::<ActorRef<A>>();
-            if let Some(known) = codec.known(&wire, want) {
-                if let Some(r) = known.downcast_ref::<ActorRef<A>>() {
-                    return Ok(r.clone());
-                }
-            }
-            match codec.decode(&wire, want)? {
-                Resolved::Local(any) => any.downcast::<ActorRef<A>>().map(|b| *b).map_err(|_| {
-                    format!(
-                        "the reference names an actor of this node that is not a {}",
-                        std::any::type_name::<A>()
-                    )
-                }),
-                Resolved::Remote { id, route } => {
-                    let made = proxy::<A>(codec.system(), id, route);
-                    codec.remember(&wire, want, Arc::new(made.clone()));
-                    Ok(made)
-                }
-            }
-        })
-        .map_err(D::Error::custom)
+        deserialize_ref(
+            d,
+            || {
+                format!(
+                    "the reference names an actor of this node that is not a {}",
+                    std::any::type_name::<A>()
+                )
+            },
+            |system, id, route| proxy::<A>(system, id, route),
+        )
     }
 }
 
@@ -222,31 +243,18 @@ impl<M: Message> Serialize for Recipient<M> {
 
 impl<'de, M: Message> Deserialize<'de> for Recipient<M> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let wire = WireRef::deserialize(d)?;
-        current(|codec| {
-            let codec = codec.ok_or_else(|| NO_CODEC.to_string())?;
-            let want = TypeId::of::<Recipient<M>>();
-            if let Some(known) = codec.known(&wire, want) {
-                if let Some(r) = known.downcast_ref::<Recipient<M>>() {
-                    return Ok(r.clone());
-                }
-            }
-            match codec.decode(&wire, want)? {
-                Resolved::Local(any) => any.downcast::<Recipient<M>>().map(|b| *b).map_err(|_| {
-                    format!(
-                        "the reference names an actor of this node that does not take {}",
-                        std::any::type_name::<M>()
-                    )
-                }),
-                Resolved::Remote { id, route } => {
-                    let made = proxy::<RemoteRecipient<M>>(codec.system(), id, route)
-                        .recipient::<M, Immediate>();
-                    codec.remember(&wire, want, Arc::new(made.clone()));
-                    Ok(made)
-                }
-            }
-        })
-        .map_err(D::Error::custom)
+        deserialize_ref(
+            d,
+            || {
+                format!(
+                    "the reference names an actor of this node that does not take {}",
+                    std::any::type_name::<M>()
+                )
+            },
+            |system, id, route| {
+                proxy::<RemoteRecipient<M>>(system, id, route).recipient::<M, Immediate>()
+            },
+        )
     }
 }
 
