@@ -38,6 +38,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+mod arrivals;
 pub mod codec;
 pub mod connection;
 #[cfg(feature = "dev-certs")]

@@ -35,6 +35,7 @@ use troubadour::remote::{
 };
 use troubadour::{ActorId, AskError, Down, ExitReason, Immediate, NodeId};
 
+use crate::arrivals::ArrivalRunner;
 use crate::codec::{decode_payload, serialize_into};
 use crate::connection::Stream;
 use crate::frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, Header, Kind, Lane};
@@ -554,15 +555,22 @@ impl Peer {
     ) -> String {
         let silence = self.shared.config.heartbeat_timeout;
         let codec = self.codec();
+        let runner = ArrivalRunner::start(&self.shared.runtime);
         loop {
             // References inside what arrived resolve against this peer.
-            let framing = with_ref_codec(&codec, || loop {
-                match decoder.decode() {
-                    Ok(Some(frame)) => self.dispatch(frame),
-                    Ok(None) => return None,
-                    Err(e) => return Some(e),
-                }
-            });
+            let mut dispatch_all = || {
+                with_ref_codec(&codec, || loop {
+                    match decoder.decode() {
+                        Ok(Some(frame)) => self.dispatch(frame),
+                        Ok(None) => return None,
+                        Err(e) => return Some(e),
+                    }
+                })
+            };
+            let framing = match &runner {
+                Some(runner) => runner.deliver(dispatch_all),
+                None => dispatch_all(),
+            };
             if let Some(e) = framing {
                 self.shared
                     .stats

@@ -298,7 +298,8 @@ impl RemoteActor for Echoer {
             .handle::<WhoAmI>()
             .handle::<Myself>()
             .handle::<Burst>()
-            .handle::<Blob>();
+            .handle::<Blob>()
+            .handle::<AskAround>();
     }
 }
 
@@ -336,6 +337,24 @@ impl RemoteMessage for Blob {
 impl Handler<Blob> for Echoer {
     fn handle(&mut self, Blob(b): Blob, _: &mut Context<Self>) -> usize {
         b.len()
+    }
+}
+
+/// Asks the store it carries (on the sender's node) and waits for the
+/// answer inside the handler; replies with it and the thread's name.
+#[derive(Serialize, Deserialize)]
+struct AskAround(ActorRef<Store>);
+impl Message for AskAround {
+    type Reply = (Vec<u64>, String);
+}
+impl RemoteMessage for AskAround {
+    const NAME: &'static str = "test.AskAround";
+}
+impl Handler<AskAround> for Echoer {
+    fn handle(&mut self, AskAround(store): AskAround, _: &mut Context<Self>) -> (Vec<u64>, String) {
+        let got = store.ask(Get).timeout(GUARD).wait().unwrap();
+        let thread = std::thread::current().name().unwrap_or("").to_owned();
+        (got, thread)
     }
 }
 
@@ -400,9 +419,11 @@ fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
         .register::<CarriesUnlisted>()
         .register::<Burst>()
         .register::<Blob>()
+        .register::<AskAround>()
         .actor::<Collector>()
         .actor::<Watcher>()
         .actor::<Echoer>()
+        .actor::<Store>()
         .listen("127.0.0.1:0".parse().unwrap())
 }
 
@@ -930,6 +951,40 @@ fn an_actor_ref_inside_a_message_works_on_the_far_side() {
     assert_eq!(
         beta_log.recv_timeout(GUARD).unwrap(),
         "echoer saw down: normal"
+    );
+}
+
+/// A handler woken by a remote message may wait for another ask to the
+/// node that sent it: the answer comes in on the same connection, and the
+/// wait must not keep that connection from being read, wherever the
+/// receiving node runs the handler (it runs the turn of an actor a frame
+/// woke on the connection's own I/O thread when it can; decision 0022).
+/// The ask it waits on is written before it waits, not at the end of its
+/// turn: heartbeats here are far apart, so nothing else would carry it out.
+#[test]
+fn a_handler_may_wait_for_an_answer_from_the_node_that_asked_it() {
+    let ca = Ca::new("test CA");
+    let quiet = |b: troubadour_remote::RemoteBuilder| {
+        b.heartbeat(Duration::from_secs(600), Duration::from_secs(1200))
+    };
+    let (alpha, beta) = (node("alpha", &ca, quiet), node("beta", &ca, quiet));
+    let (echoer, _) = echoer_on_beta(&alpha, &beta);
+    let store = alpha.system.spawn(Store::default()).unwrap();
+    store.tell(Add(7)).unwrap();
+    let mut threads = Vec::new();
+    for _ in 0..20 {
+        let (got, thread) = echoer
+            .ask(AskAround(store.clone()))
+            .timeout(GUARD)
+            .wait()
+            .unwrap();
+        assert_eq!(got, [7]);
+        threads.push(thread);
+    }
+    // Otherwise this test would not have tried the case it is about.
+    assert!(
+        threads.iter().any(|t| t == "troubadour-io"),
+        "no turn ran on the I/O thread: {threads:?}"
     );
 }
 

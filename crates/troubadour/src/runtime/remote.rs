@@ -46,7 +46,7 @@ use crate::api::context::Context;
 use crate::api::error::AskError;
 use crate::api::exit::{ActorId, Down, ExitReason, Exited};
 use crate::runtime::cell::{ActorCell, CellConfig};
-pub use crate::runtime::scheduler::TurnEnd;
+pub use crate::runtime::scheduler::{Arrival, TurnEnd};
 use crate::runtime::signal::{ControlHandle, Signal, Watcher};
 use crate::runtime::system::SystemHandle;
 use std::any::{Any, TypeId};
@@ -136,6 +136,49 @@ pub trait Route: Send + Sync + 'static {
 /// ```
 pub fn at_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
     crate::runtime::scheduler::defer_to_turn_end(work)
+}
+
+/// Runs `deliver` (which tells or asks local actors what arrived from the
+/// network) and keeps, instead of waking a worker for it, the first actor
+/// its sends wake, so that the calling thread can run that actor's turn
+/// itself with [`Arrival::run`]: a remote round trip then wakes no worker
+/// on either side. Dropping the [`Arrival`] hands the actor to the workers,
+/// as if nothing had been kept.
+///
+/// Only sends from a thread that is not one of the system's workers keep an
+/// actor (a worker's own sends already run on it), and only the first;
+/// actors on threads of their own (`SpawnOptions::blocking`) and those of a
+/// simulated (manually driven) system are never kept. A nested call keeps
+/// nothing.
+///
+/// For extension crates (the remote layer's connection reader); an
+/// application has no use for it.
+///
+/// ```
+/// use troubadour::prelude::*;
+/// use troubadour::remote::keep_arrival;
+///
+/// struct Echo;
+/// impl Actor for Echo {}
+/// struct Ping(u32);
+/// impl Message for Ping { type Reply = u32; }
+/// impl Handler<Ping> for Echo {
+///     fn handle(&mut self, Ping(n): Ping, _: &mut Context<Self>) -> u32 { n }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let echo = system.spawn(Echo)?;
+/// let (asked, arrival) = keep_arrival(|| echo.ask(Ping(7)));
+/// // `None` if the actor was scheduled already (its start may still be
+/// // running on a worker); else it was kept, not queued: run its turn here.
+/// if let Some(arrival) = arrival {
+///     arrival.run();
+/// }
+/// assert_eq!(asked.wait()?, 7);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival>) {
+    crate::runtime::scheduler::keep_arrival(deliver)
 }
 
 /// Why a [`Route`] did not take a message; each becomes the

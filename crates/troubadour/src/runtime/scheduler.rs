@@ -39,6 +39,7 @@
 //! of the two sees the other (store-buffer pattern), so work is never left
 //! with every worker asleep.
 
+mod arrivals;
 mod idle;
 mod next_slot;
 mod turn_end;
@@ -136,7 +137,24 @@ struct WorkerLocal {
     turn_end: turn_end::TurnEndQueue,
 }
 
+pub use arrivals::Arrival;
+pub(crate) use arrivals::{is_running as arrival_running, keep_arrival};
 pub use turn_end::TurnEnd;
+
+/// Runs, now, the work deferred to the end of the turn running on this
+/// thread, for a handler about to block: what it waits for may hang on
+/// that work (a remote ask is written to the network when the turn ends).
+pub(crate) fn run_turn_end_now() {
+    CURRENT.with(|c| {
+        let local = c.get();
+        if local.is_null() {
+            return arrivals::run_turn_end_now();
+        }
+        // SAFETY: a non-null pointer is this thread's own worker local,
+        // alive for the whole worker loop, and only this thread uses it.
+        unsafe { (*local).turn_end.run() };
+    })
+}
 
 /// Defers `work` to the end of the actor turn running on this thread; `false`
 /// (and nothing deferred) when this is not a worker thread.
@@ -144,7 +162,7 @@ pub(crate) fn defer_to_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
     CURRENT.with(|c| {
         let local = c.get();
         if local.is_null() {
-            return false;
+            return arrivals::defer_to_turn_end(work);
         }
         // SAFETY: a non-null pointer is this thread's own worker local,
         // alive for the whole worker loop, and only this thread uses it.
@@ -374,7 +392,8 @@ impl Scheduler {
         CURRENT.with(|c| {
             let local = c.get();
             // SAFETY: a non-null pointer is the current worker's own local.
-            !local.is_null() && unsafe { (*local).shared } == shared
+            (!local.is_null() && unsafe { (*local).shared } == shared)
+                || arrivals::is_running_for(shared)
         })
     }
 
@@ -467,13 +486,13 @@ impl Scheduler {
 impl Shared {
     /// # Safety
     /// As for [`Scheduler::schedule`].
-    unsafe fn schedule(&self, task: Task) {
+    unsafe fn schedule(self: &Arc<Self>, task: Task) {
         let mut task = Some(task);
         CURRENT.with(|c| {
             let local = c.get();
             // SAFETY: a non-null pointer is the current worker's own local,
             // alive for the whole worker loop.
-            if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, self) {
+            if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, Arc::as_ptr(self)) {
                 if let Some(t) = task.take() {
                     // SAFETY: as above.
                     let local = unsafe { &*local };
@@ -484,7 +503,12 @@ impl Shared {
             }
         });
         if let Some(t) = task {
-            self.injector.push(t);
+            // Off the workers, a thread delivering what it read from the
+            // network may keep the actor to run itself (`arrivals.rs`).
+            match arrivals::keep(self, t) {
+                Some(t) => self.injector.push(t),
+                None => return,
+            }
         }
         self.wake_one();
     }

@@ -1,0 +1,195 @@
+//! Running an actor on the thread its message arrived on.
+//!
+//! A message read from a socket is told to its actor by the thread that
+//! read it, which is not a worker: the actor goes to the global queue and a
+//! sleeping worker is woken to run it. On an idle node that wake-up is most
+//! of a remote round trip's cost (the reader thread wakes, then wakes a
+//! worker, and the worker's reply wakes the reader again on the far side).
+//! [`keep_arrival`] lets the reader keep the one actor its delivery woke and
+//! run its turn itself ([`Arrival::run`]), with no worker woken.
+//!
+//! While a keeping call runs, a flag in this thread's [`Keeper`] is set; the
+//! non-worker branch of `Shared::schedule` (the only one that reads it, so
+//! workers pay nothing) hands the first actor it would have queued to the
+//! keeper instead. Anything after the first goes to the global queue as
+//! usual. An `Arrival` holds the actor's consumer role, exactly like a task
+//! in a run queue: run, or dropped unrun (then queued for a worker), it
+//! gives the role on once.
+
+use super::{Shared, Task, Turn};
+use crate::api::exit::ActorId;
+use crate::runtime::crash_report;
+use crate::runtime::scheduler::turn_end::TurnEndQueue;
+use std::cell::{Cell, RefCell};
+use std::sync::Arc;
+
+/// The keeping state of one thread.
+#[derive(Default)]
+struct Keeper {
+    /// Inside [`keep_arrival`]: the next schedule is kept.
+    keeping: Cell<bool>,
+    kept: RefCell<Option<(Arc<Shared>, Task)>>,
+    /// The scheduler whose actor is running a turn here (null: none), for
+    /// `is_worker_thread` and the turn-end queue.
+    running: Cell<*const Shared>,
+    turn_end: TurnEndQueue,
+}
+
+thread_local! {
+    static KEEPER: Keeper = Keeper::default();
+}
+
+/// An actor woken by a delivery, whose turn the receiving thread may run
+/// itself. See [`keep_arrival`](crate::remote::keep_arrival).
+pub struct Arrival {
+    shared: Arc<Shared>,
+    task: Option<Task>,
+}
+
+impl std::fmt::Debug for Arrival {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Arrival")
+            .field("actor", &self.id())
+            .finish()
+    }
+}
+
+impl Arrival {
+    /// The actor that will run.
+    pub fn id(&self) -> ActorId {
+        self.task.as_ref().map_or(ActorId(0), |t| t.id())
+    }
+
+    /// Runs one turn of the actor on this thread (at most the system's
+    /// message budget), then the work its turn deferred
+    /// ([`at_turn_end`](crate::remote::at_turn_end)). If the actor has
+    /// more to do afterwards it goes to a worker.
+    ///
+    /// The thread is not a worker: a handler that blocks holds up whatever
+    /// else this thread does (the caller reads a socket), so call this only
+    /// where that is acceptable, and prefer handing long-running actors to
+    /// the workers (drop the `Arrival` instead).
+    pub fn run(mut self) {
+        let Some(task) = self.task.take() else { return };
+        let shared = self.shared.clone();
+        if shared.shutdown.load(std::sync::atomic::Ordering::Relaxed) {
+            // The workers are gone; the queue is drained by the shutdown.
+            shared.injector.push(task);
+            return;
+        }
+        let _crash_reports = crash_report::actor_thread(shared.crash_reports);
+        let turn = KEEPER.with(|k| {
+            let was = k.running.replace(Arc::as_ptr(&shared));
+            // Restores the flag even if the turn unwinds (a panic outside
+            // the handler's own catch), so the thread is never left
+            // looking like a worker.
+            struct Restore<'a>(&'a Keeper, *const Shared);
+            impl Drop for Restore<'_> {
+                fn drop(&mut self) {
+                    self.0.running.set(self.1);
+                }
+            }
+            let _restore = Restore(k, was);
+            // SAFETY: the arrival holds the consumer role (taken from the
+            // schedule it replaced), and gives it to this turn.
+            let turn = unsafe { task.clone().run_turn(shared.budget) };
+            k.turn_end.run();
+            turn
+        });
+        if let Turn::Again = turn {
+            shared.injector.push(task);
+            shared.wake_one();
+        }
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        if let Some(task) = self.task.take() {
+            // Not run here: a worker runs it, as it would have.
+            self.shared.injector.push(task);
+            self.shared.wake_one();
+        }
+    }
+}
+
+/// See [`keep_arrival`](crate::remote::keep_arrival).
+pub(crate) fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival>) {
+    let nested = KEEPER.with(|k| k.keeping.replace(true));
+    if nested {
+        return (deliver(), None);
+    }
+    // Stops keeping (and queues what was kept) if `deliver` unwinds.
+    struct Stop;
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let kept = KEEPER.with(|k| {
+                k.keeping.set(false);
+                k.kept.borrow_mut().take()
+            });
+            if let Some((shared, task)) = kept {
+                drop(Arrival {
+                    shared,
+                    task: Some(task),
+                });
+            }
+        }
+    }
+    let stop = Stop;
+    let out = deliver();
+    let kept = KEEPER.with(|k| {
+        k.keeping.set(false);
+        k.kept.borrow_mut().take()
+    });
+    std::mem::forget(stop);
+    let arrival = kept.map(|(shared, task)| Arrival {
+        shared,
+        task: Some(task),
+    });
+    (out, arrival)
+}
+
+/// Called by `Shared::schedule` off the workers: keeps `task` if this
+/// thread is keeping and has kept nothing yet; otherwise hands it back.
+pub(super) fn keep(shared: &Arc<Shared>, task: Task) -> Option<Task> {
+    KEEPER.with(|k| {
+        // A scheduler with no workers (the simulation's) runs only what
+        // its owner picks.
+        if !k.keeping.get() || shared.unparkers.is_empty() {
+            return Some(task);
+        }
+        let mut kept = k.kept.borrow_mut();
+        if kept.is_some() {
+            return Some(task);
+        }
+        *kept = Some((shared.clone(), task));
+        None
+    })
+}
+
+/// Defers `work` to the end of the turn an [`Arrival`] is running on this
+/// thread; `false` if none is.
+pub(super) fn defer_to_turn_end(work: &Arc<dyn super::TurnEnd>) -> bool {
+    KEEPER.with(|k| {
+        if k.running.get().is_null() {
+            return false;
+        }
+        k.turn_end.defer(work);
+        true
+    })
+}
+
+/// Runs what the turn an [`Arrival`] is running here deferred so far.
+pub(super) fn run_turn_end_now() {
+    KEEPER.with(|k| k.turn_end.run());
+}
+
+/// True while an [`Arrival`] of `shared`'s runs a turn on this thread.
+pub(super) fn is_running_for(shared: *const Shared) -> bool {
+    KEEPER.with(|k| std::ptr::eq(k.running.get(), shared))
+}
+
+/// True while an [`Arrival`] runs a turn on this thread.
+pub(crate) fn is_running() -> bool {
+    KEEPER.with(|k| !k.running.get().is_null())
+}
