@@ -479,25 +479,20 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
     }
     let elapsed = start.elapsed();
 
-    // Phase 2: latency of one request-reply at a time.
+    // Phase 2: latency of one request-reply at a time, asked from an actor
+    // as the peers' harnesses ask from theirs (an Erlang process, a Pekko or
+    // Hollywood actor).
     let rounds: usize = if args.quick { 1_000 } else { 20_000 };
-    let echo = echoes[0].clone();
-    let mut rtts = system.block_on(async {
-        let mut rtts = Vec::with_capacity(rounds);
-        for _ in 0..rounds {
-            let t = Instant::now();
-            let back = echo
-                .ask(Rtt(payload.clone()))
-                .timeout(Duration::from_secs(30))
-                .await
-                .map_err(|e| e.to_string())?;
-            rtts.push(t.elapsed());
-            if back.len() != payload.len() {
-                return Err("the echo answered another payload".to_string());
-            }
-        }
-        Ok::<_, String>(rtts)
-    })?;
+    let probe = system.spawn(RttProbe).map_err(|e| e.to_string())?;
+    let mut rtts = probe
+        .ask(Probe {
+            echo: echoes[0].clone(),
+            payload: payload.clone(),
+            rounds,
+        })
+        .timeout(Duration::from_secs(600))
+        .wait()
+        .map_err(|e| e.to_string())??;
     rtts.drain(..rounds / 10);
     rtts.sort();
     let pct = |p: f64| {
@@ -510,6 +505,38 @@ fn pingpong(args: &Args, dir: &Path) -> Result<PingPongFigures, String> {
         p50_us: pct(0.50),
         p99_us: pct(0.99),
     })
+}
+
+/// Asks an echo `rounds` times, one at a time, timing each round trip.
+struct RttProbe;
+impl Actor for RttProbe {}
+
+struct Probe {
+    echo: ActorRef<Echo>,
+    payload: serde_bytes::ByteBuf,
+    rounds: usize,
+}
+impl Message for Probe {
+    type Reply = Result<Vec<Duration>, String>;
+}
+impl AsyncHandler<Probe> for RttProbe {
+    async fn handle(&mut self, p: Probe, _: &mut Context<Self>) -> Result<Vec<Duration>, String> {
+        let mut rtts = Vec::with_capacity(p.rounds);
+        for _ in 0..p.rounds {
+            let t = Instant::now();
+            let back = p
+                .echo
+                .ask(Rtt(p.payload.clone()))
+                .timeout(Duration::from_secs(30))
+                .await
+                .map_err(|e| e.to_string())?;
+            rtts.push(t.elapsed());
+            if back.len() != p.payload.len() {
+                return Err("the echo answered another payload".to_string());
+            }
+        }
+        Ok(rtts)
+    }
 }
 
 fn pi(args: &Args, dir: &Path) -> Result<(Duration, u64, f64), String> {

@@ -4,7 +4,7 @@
 //! is not one of the system's workers: the actor would go to the global
 //! queue and a sleeping worker would be woken to run it. On an idle node
 //! that hand-over is most of a remote round trip (decision 0022). So the
-//! reader keeps the first actor its frames woke
+//! reader keeps the actor its frames woke, when they woke only one
 //! ([`troubadour::remote::keep_arrival`]) and hands it to a task of the
 //! connection's own, which runs the turn on the same tokio thread right
 //! after the reader yields, with no thread woken.

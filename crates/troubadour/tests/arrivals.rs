@@ -1,6 +1,6 @@
 //! `troubadour::remote::keep_arrival`: a thread that delivers what it read
-//! from the network keeps the first actor its sends woke and runs that
-//! actor's turn itself. What a user relies on is that nothing about the
+//! from the network keeps the actor its sends woke, when they woke only
+//! one, and runs that actor's turn itself. What a user relies on is that nothing about the
 //! actor changes: one turn at a time, every message handled once and in
 //! order, a dropped `Arrival` still runs (on a worker), work deferred to the
 //! turn's end runs, a panic fails only the actor, and a handler may wait for
@@ -77,27 +77,52 @@ fn seen(actor: &ActorRef<Recorder>) -> (Vec<u64>, Vec<ThreadId>) {
 }
 
 #[test]
-fn the_first_actor_woken_is_kept_and_runs_on_the_delivering_thread() {
+fn the_one_actor_woken_is_kept_and_runs_on_the_delivering_thread() {
     let system = ActorSystem::new();
-    let first = system.spawn(Recorder::default()).unwrap();
-    let second = system.spawn(Recorder::default()).unwrap();
-    until_idle(&first);
+    let actor = system.spawn(Recorder::default()).unwrap();
+    until_idle(&actor);
     let ((), arrival) = keep_arrival(|| {
-        first.tell(Note(1)).unwrap();
-        first.tell(Note(2)).unwrap();
-        second.tell(Note(3)).unwrap();
+        actor.tell(Note(1)).unwrap();
+        actor.tell(Note(2)).unwrap();
     });
     let arrival = arrival.expect("the tell woke an idle actor");
-    assert_eq!(arrival.id(), first.id(), "only the first actor is kept");
+    assert_eq!(arrival.id(), actor.id());
     arrival.run();
     let me = thread::current().id();
-    let (values, threads) = seen(&first);
+    let (values, threads) = seen(&actor);
     assert_eq!(values, [1, 2], "both messages, in order, in one turn");
     assert_eq!(threads, [me, me], "the turn ran here");
-    // The second actor was not kept: a worker ran it.
-    let (values, threads) = seen(&second);
-    assert_eq!(values, [3]);
-    assert_ne!(threads, [me]);
+}
+
+/// A delivery that wakes several actors has work for several threads: all
+/// of them go to the workers, none is kept.
+#[test]
+fn when_several_actors_are_woken_the_workers_run_them_all() {
+    let system = ActorSystem::new();
+    let actors: Vec<_> = (0..3)
+        .map(|_| system.spawn(Recorder::default()).unwrap())
+        .collect();
+    for a in &actors {
+        until_idle(a);
+    }
+    let ((), arrival) = keep_arrival(|| {
+        for (n, a) in actors.iter().enumerate() {
+            a.tell(Note(n as u64)).unwrap();
+        }
+    });
+    assert!(arrival.is_none(), "kept one of several");
+    let me = thread::current().id();
+    for (n, a) in actors.iter().enumerate() {
+        let (values, threads) = seen(a);
+        assert_eq!(values, [n as u64]);
+        assert_ne!(threads, [me]);
+    }
+    // The next delivery that wakes one actor keeps it again.
+    until_idle(&actors[0]);
+    let ((), arrival) = keep_arrival(|| actors[0].tell(Note(9)).unwrap());
+    let arrival = arrival.expect("a lone wake-up is kept");
+    arrival.run();
+    assert_eq!(seen(&actors[0]).1.last(), Some(&me));
 }
 
 #[test]

@@ -139,17 +139,19 @@ pub fn at_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
 }
 
 /// Runs `deliver` (which tells or asks local actors what arrived from the
-/// network) and keeps, instead of waking a worker for it, the first actor
-/// its sends wake, so that the calling thread can run that actor's turn
-/// itself with [`Arrival::run`]: a remote round trip then wakes no worker
-/// on either side. Dropping the [`Arrival`] hands the actor to the workers,
-/// as if nothing had been kept.
+/// network) and, if its sends woke exactly one idle actor, keeps that actor
+/// instead of waking a worker for it, so that the calling thread can run
+/// its turn itself with [`Arrival::run`]: a remote round trip then wakes no
+/// worker on either side. Dropping the [`Arrival`] hands the actor to the
+/// workers, as if nothing had been kept. If the sends woke several actors,
+/// all go to the workers (there is work for several threads) and `None`
+/// is returned.
 ///
 /// Only sends from a thread that is not one of the system's workers keep an
-/// actor (a worker's own sends already run on it), and only the first;
-/// actors on threads of their own (`SpawnOptions::blocking`) and those of a
-/// simulated (manually driven) system are never kept. A nested call keeps
-/// nothing.
+/// actor (a worker's own sends already run on it); actors on threads of
+/// their own (`SpawnOptions::blocking`) and those of a simulated (manually
+/// driven) system are never kept. A nested call keeps nothing itself (the
+/// outer call may keep what it woke).
 ///
 /// For extension crates (the remote layer's connection reader); an
 /// application has no use for it.

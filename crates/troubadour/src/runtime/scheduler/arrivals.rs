@@ -5,14 +5,16 @@
 //! sleeping worker is woken to run it. On an idle node that wake-up is most
 //! of a remote round trip's cost (the reader thread wakes, then wakes a
 //! worker, and the worker's reply wakes the reader again on the far side).
-//! [`keep_arrival`] lets the reader keep the one actor its delivery woke and
+//! [`keep_arrival`] lets the reader keep the actor its delivery woke and
 //! run its turn itself ([`Arrival::run`]), with no worker woken.
 //!
 //! While a keeping call runs, a flag in this thread's [`Keeper`] is set; the
 //! non-worker branch of `Shared::schedule` (the only one that reads it, so
-//! workers pay nothing) hands the first actor it would have queued to the
-//! keeper instead. Anything after the first goes to the global queue as
-//! usual. An `Arrival` holds the actor's consumer role, exactly like a task
+//! workers pay nothing) hands the actor it would have queued to the keeper
+//! instead. If the delivery wakes a second actor, both go to the global
+//! queue as usual (in the order woken) and nothing is kept: there is work
+//! for several threads then, and the reading thread is better spent
+//! reading. An `Arrival` holds the actor's consumer role, exactly like a task
 //! in a run queue: run, or dropped unrun (then queued for a worker), it
 //! gives the role on once.
 
@@ -29,6 +31,8 @@ struct Keeper {
     /// Inside [`keep_arrival`]: the next schedule is kept.
     keeping: Cell<bool>,
     kept: RefCell<Option<(Arc<Shared>, Task)>>,
+    /// The delivery woke more than one actor: nothing is kept.
+    crowded: Cell<bool>,
     /// The scheduler whose actor is running a turn here (null: none), for
     /// `is_worker_thread` and the turn-end queue.
     running: Cell<*const Shared>,
@@ -125,6 +129,7 @@ pub(crate) fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival
         fn drop(&mut self) {
             let kept = KEEPER.with(|k| {
                 k.keeping.set(false);
+                k.crowded.set(false);
                 k.kept.borrow_mut().take()
             });
             if let Some((shared, task)) = kept {
@@ -139,6 +144,7 @@ pub(crate) fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival
     let out = deliver();
     let kept = KEEPER.with(|k| {
         k.keeping.set(false);
+        k.crowded.set(false);
         k.kept.borrow_mut().take()
     });
     std::mem::forget(stop);
@@ -158,8 +164,19 @@ pub(super) fn keep(shared: &Arc<Shared>, task: Task) -> Option<Task> {
         if !k.keeping.get() || shared.unparkers.is_empty() {
             return Some(task);
         }
+        if k.crowded.get() {
+            return Some(task);
+        }
         let mut kept = k.kept.borrow_mut();
-        if kept.is_some() {
+        if let Some((first, first_task)) = kept.take() {
+            // A second actor: the workers get both (the first one first,
+            // as it was woken first). A delivery that wakes several actors
+            // has work for several threads, and the reading thread is
+            // better spent reading the next frames.
+            k.crowded.set(true);
+            drop(kept);
+            first.injector.push(first_task);
+            first.wake_one();
             return Some(task);
         }
         *kept = Some((shared.clone(), task));
