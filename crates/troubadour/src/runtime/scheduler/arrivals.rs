@@ -72,7 +72,12 @@ impl Arrival {
     /// The thread is not a worker: a handler that blocks holds up whatever
     /// else this thread does (the caller reads a socket), so call this only
     /// where that is acceptable, and prefer handing long-running actors to
-    /// the workers (drop the `Arrival` instead).
+    /// the workers (drop the `Arrival` instead). Troubadour's own waits
+    /// (`ask(..).wait()`) are safe here: on a thread of a multi-threaded
+    /// tokio runtime they hand the thread's other tasks on first
+    /// (`block_in_place`). On such a thread a handler that calls
+    /// `tokio::runtime::Handle::block_on` itself panics, as it would in any
+    /// tokio task.
     pub fn run(mut self) {
         let Some(task) = self.task.take() else { return };
         let shared = self.shared.clone();
