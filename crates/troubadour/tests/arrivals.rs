@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::LIVENESS;
+use common::{Batch, Batcher, LoggedFlush, LIVENESS};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, ThreadId};
 use troubadour::prelude::*;
@@ -209,27 +209,6 @@ fn a_turn_that_leaves_messages_hands_the_actor_to_the_workers() {
     assert!(!threads[4..].contains(&me));
 }
 
-struct LoggedFlush(Arc<Mutex<Vec<&'static str>>>);
-impl remote::TurnEnd for LoggedFlush {
-    fn turn_ended(&self) {
-        self.0.lock().unwrap().push("flushed");
-    }
-}
-
-struct Batcher {
-    log: Arc<Mutex<Vec<&'static str>>>,
-    flush: Arc<dyn remote::TurnEnd>,
-}
-impl Actor for Batcher {}
-impl Handler<Note> for Batcher {
-    fn handle(&mut self, _: Note, _: &mut Context<Self>) {
-        self.log.lock().unwrap().push("handled");
-        for _ in 0..3 {
-            assert!(remote::at_turn_end(&self.flush), "inside a turn");
-        }
-    }
-}
-
 #[test]
 fn work_deferred_in_an_arrival_turn_runs_once_when_it_ends() {
     let system = ActorSystem::new();
@@ -243,8 +222,8 @@ fn work_deferred_in_an_arrival_turn_runs_once_when_it_ends() {
         .unwrap();
     until_idle(&batcher);
     let ((), arrival) = keep_arrival(|| {
-        batcher.tell(Note(1)).unwrap();
-        batcher.tell(Note(2)).unwrap();
+        batcher.tell(Batch).unwrap();
+        batcher.tell(Batch).unwrap();
     });
     arrival.expect("kept").run();
     assert_eq!(*log.lock().unwrap(), ["handled", "handled", "flushed"]);

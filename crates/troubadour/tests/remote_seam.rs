@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::LIVENESS;
+use common::{Batch, Batcher, LoggedFlush, LIVENESS};
 use std::sync::{Arc, Mutex};
 use troubadour::prelude::*;
 use troubadour::remote::{self, ControlRef, OutgoingSignal, Refusal, RemoteProcess, Route};
@@ -426,32 +426,6 @@ fn an_actor_id_names_a_remote_node_without_colliding_with_local_ones() {
     assert!(NodeId::remote("bad name!", None, 1).is_err());
 }
 
-/// A flush that logs, for `at_turn_end`.
-struct LoggedFlush(Arc<Mutex<Vec<&'static str>>>);
-impl remote::TurnEnd for LoggedFlush {
-    fn turn_ended(&self) {
-        self.0.lock().unwrap().push("flushed");
-    }
-}
-
-/// Sends "to another node": defers its flush three times per message.
-struct Batcher {
-    log: Arc<Mutex<Vec<&'static str>>>,
-    flush: Arc<dyn remote::TurnEnd>,
-}
-impl Actor for Batcher {}
-impl Handler<Add> for Batcher {
-    fn handle(&mut self, _: Add, _: &mut Context<Self>) {
-        self.log.lock().unwrap().push("handled");
-        for _ in 0..3 {
-            assert!(
-                remote::at_turn_end(&self.flush),
-                "a handler runs on a worker"
-            );
-        }
-    }
-}
-
 /// Work deferred during a turn runs once after it, on the worker, before
 /// that worker's next turn: never before the handler that deferred it,
 /// never twice for one turn, and never left behind.
@@ -467,8 +441,8 @@ fn work_deferred_in_a_turn_runs_once_when_the_turn_ends() {
         })
         .unwrap();
     for round in 0..50 {
-        for n in 0..(round % 5 + 1) {
-            batcher.tell(Add(n)).unwrap();
+        for _ in 0..(round % 5 + 1) {
+            batcher.tell(Batch).unwrap();
         }
         let deadline = std::time::Instant::now() + LIVENESS;
         loop {

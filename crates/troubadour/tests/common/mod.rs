@@ -51,3 +51,35 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .unwrap()
         .block_on(f)
 }
+
+/// A flush that logs "flushed", for `troubadour::remote::at_turn_end`.
+pub struct LoggedFlush(pub std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>);
+impl troubadour::remote::TurnEnd for LoggedFlush {
+    fn turn_ended(&self) {
+        self.0.lock().unwrap().push("flushed");
+    }
+}
+
+/// Sends "to another node": logs "handled" for each `Batch` and defers its
+/// flush three times.
+pub struct Batcher {
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+    pub flush: std::sync::Arc<dyn troubadour::remote::TurnEnd>,
+}
+impl troubadour::Actor for Batcher {}
+
+pub struct Batch;
+impl troubadour::Message for Batch {
+    type Reply = ();
+}
+impl troubadour::Handler<Batch> for Batcher {
+    fn handle(&mut self, _: Batch, _: &mut troubadour::Context<Self>) {
+        self.log.lock().unwrap().push("handled");
+        for _ in 0..3 {
+            assert!(
+                troubadour::remote::at_turn_end(&self.flush),
+                "a handler runs inside a turn"
+            );
+        }
+    }
+}
