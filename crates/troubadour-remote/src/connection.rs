@@ -67,8 +67,9 @@ use std::sync::{Arc, RwLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, CertificateRevocationListDer, PrivateKeyDer, ServerName};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{AlertDescription, ClientConfig, RootCertStore, ServerConfig};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
@@ -114,6 +115,70 @@ impl TlsConfig {
         key: &[u8],
         cluster_ca: &[u8],
     ) -> Result<TlsConfig, ConfigError> {
+        Self::build(cert_chain, key, cluster_ca, Vec::new())
+    }
+
+    /// As [`from_pem`](Self::from_pem), and refuses every peer whose
+    /// certificate one of `revocation_lists` (PEM `X509 CRL` sections,
+    /// signed by the CA that issued the certificates they revoke) lists:
+    /// the way to shut out a node whose key leaked before its certificate
+    /// expires. Both directions check: a revoked node can neither dial nor
+    /// be dialled, and the refusal is
+    /// [`ConnectError::PeerCertificateRefused`] with reason `Revoked`.
+    ///
+    /// The node certificates' own revocation is checked, against lists
+    /// of the CA that issued them; a certificate whose issuer has no list
+    /// here is refused (`UnknownRevocationStatus`), so a list must be given
+    /// for every CA that issues node certificates. A list past its next
+    /// update is still used: publish a new one by building a new
+    /// configuration and restarting the remote layer with it.
+    ///
+    /// ```
+    /// # #[cfg(feature = "dev-certs")] {
+    /// use troubadour_remote::dev_certs::DevCa;
+    /// use troubadour_remote::TlsConfig;
+    ///
+    /// let ca = DevCa::new("example CA (tests only)")?;
+    /// let (cert, key) = ca.node("node-a")?;
+    /// let _leaked = ca.node("node-b")?;
+    /// let crl = ca.revocation_list(&["node-b"])?;
+    /// let tls = TlsConfig::from_pem_with_revocations(
+    ///     cert.as_bytes(),
+    ///     key.as_bytes(),
+    ///     ca.pem().as_bytes(),
+    ///     crl.as_bytes(),
+    /// )?;
+    /// # let _ = tls;
+    /// # }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_pem_with_revocations(
+        cert_chain: &[u8],
+        key: &[u8],
+        cluster_ca: &[u8],
+        revocation_lists: &[u8],
+    ) -> Result<TlsConfig, ConfigError> {
+        let crls = CertificateRevocationListDer::pem_slice_iter(revocation_lists)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ConfigError::Pem {
+                what: "revocation list",
+                error: e.to_string(),
+            })?;
+        if crls.is_empty() {
+            return Err(ConfigError::Pem {
+                what: "revocation list",
+                error: "no X509 CRL section found".into(),
+            });
+        }
+        Self::build(cert_chain, key, cluster_ca, crls)
+    }
+
+    fn build(
+        cert_chain: &[u8],
+        key: &[u8],
+        cluster_ca: &[u8],
+        crls: Vec<CertificateRevocationListDer<'static>>,
+    ) -> Result<TlsConfig, ConfigError> {
         let chain = CertificateDer::pem_slice_iter(cert_chain)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ConfigError::Pem {
@@ -148,7 +213,19 @@ impl TlsConfig {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = |e: rustls::Error| ConfigError::Tls(e.to_string());
 
-        let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
+        let mut clients =
+            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
+        let mut servers = WebPkiServerVerifier::builder_with_provider(roots, provider.clone());
+        if !crls.is_empty() {
+            clients = clients
+                .with_crls(crls.clone())
+                .only_check_end_entity_revocation();
+            servers = servers.with_crls(crls).only_check_end_entity_revocation();
+        }
+        let verifier = clients
+            .build()
+            .map_err(|e| ConfigError::Tls(e.to_string()))?;
+        let server_verifier = servers
             .build()
             .map_err(|e| ConfigError::Tls(e.to_string()))?;
         let server = ServerConfig::builder_with_provider(provider.clone())
@@ -160,7 +237,7 @@ impl TlsConfig {
         let client = ClientConfig::builder_with_provider(provider)
             .with_protocol_versions(&[&rustls::version::TLS13])
             .map_err(tls)?
-            .with_root_certificates(roots)
+            .with_webpki_verifier(server_verifier)
             .with_client_auth_cert(chain, key)
             .map_err(tls)?;
         Ok(TlsConfig {
@@ -182,7 +259,7 @@ pub enum ConfigError {
         error: String,
     },
     /// rustls refused the material (a key that does not match the
-    /// certificate, a CA certificate it cannot use).
+    /// certificate, a CA certificate or revocation list it cannot use).
     Tls(String),
 }
 
@@ -820,6 +897,12 @@ impl fmt::Display for ConnectError {
         match self {
             ConnectError::PeerCertificateMissing => f.write_str(
                 "the peer presented no certificate; every node needs one signed by the cluster CA",
+            ),
+            ConnectError::PeerCertificateRefused {
+                reason: rustls::CertificateError::Revoked,
+            } => f.write_str(
+                "the peer's certificate is revoked (listed in this node's revocation list); \
+                 the peer needs a new certificate from the cluster's CA",
             ),
             ConnectError::PeerCertificateRefused { reason } => write!(
                 f,

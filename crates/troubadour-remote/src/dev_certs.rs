@@ -15,11 +15,13 @@
 //! ```
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose, SanType,
+    date_time_ymd, BasicConstraints, CertificateParams, CertificateRevocationListParams, DnType,
+    ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, RevocationReason,
+    RevokedCertParams, SanType, SerialNumber,
 };
 use std::net::Ipv4Addr;
 use std::path::Path;
+use std::sync::Mutex;
 
 use crate::connection::{ConfigError, TlsConfig};
 
@@ -27,6 +29,9 @@ use crate::connection::{ConfigError, TlsConfig};
 pub struct DevCa {
     pem: String,
     issuer: Issuer<'static, KeyPair>,
+    /// The node name and serial number of every certificate issued, in
+    /// order (serials count up from 1).
+    issued: Mutex<Vec<(String, u64)>>,
 }
 
 impl DevCa {
@@ -45,6 +50,7 @@ impl DevCa {
         Ok(DevCa {
             pem: cert.pem(),
             issuer: Issuer::new(params, key),
+            issued: Mutex::new(Vec::new()),
         })
     }
 
@@ -68,8 +74,39 @@ impl DevCa {
             ExtendedKeyUsagePurpose::ServerAuth,
             ExtendedKeyUsagePurpose::ClientAuth,
         ];
+        let mut issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        let serial = issued.len() as u64 + 1;
+        params.serial_number = Some(SerialNumber::from(serial));
         let cert = params.signed_by(&key, &self.issuer)?;
+        issued.push((name.to_owned(), serial));
         Ok((cert.pem(), key.serialize_pem()))
+    }
+
+    /// A certificate revocation list (PEM) signed by this CA that revokes
+    /// every certificate it issued so far to the nodes named in `nodes`,
+    /// for [`TlsConfig::from_pem_with_revocations`]. Valid from 2000 to
+    /// 4000, like the certificates.
+    pub fn revocation_list(&self, nodes: &[&str]) -> Result<String, rcgen::Error> {
+        let issued = self.issued.lock().unwrap_or_else(|p| p.into_inner());
+        let revoked_certs = issued
+            .iter()
+            .filter(|(name, _)| nodes.contains(&name.as_str()))
+            .map(|&(_, serial)| RevokedCertParams {
+                serial_number: SerialNumber::from(serial),
+                revocation_time: date_time_ymd(2000, 1, 1),
+                reason_code: Some(RevocationReason::KeyCompromise),
+                invalidity_date: None,
+            })
+            .collect();
+        let params = CertificateRevocationListParams {
+            this_update: date_time_ymd(2000, 1, 1),
+            next_update: date_time_ymd(4000, 1, 1),
+            crl_number: SerialNumber::from(issued.len() as u64 + 1),
+            issuing_distribution_point: None,
+            revoked_certs,
+            key_identifier_method: KeyIdMethod::Sha256,
+        };
+        params.signed_by(&self.issuer)?.pem()
     }
 
     /// The TLS configuration of a node `name` with a certificate from this

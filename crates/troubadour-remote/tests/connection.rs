@@ -191,6 +191,81 @@ async fn a_server_certificate_from_another_ca_is_refused() {
     );
 }
 
+/// A node whose certificate the cluster revoked is refused both ways: it
+/// can neither dial a node that holds the revocation list nor be dialled
+/// by one. A node the list does not name still connects both ways.
+#[tokio::test]
+async fn a_revoked_certificate_is_refused_by_both_sides() {
+    let ca = Ca::new("cluster CA");
+    let revoked = endpoint(CLUSTER, "revoked", 1, ca.tls("revoked", &ca));
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let list = ca.revocation_list(&["revoked"]);
+    let a = endpoint(CLUSTER, "a", 1, ca.tls_revoking("a", &list));
+    let is_revoked = |err: &ConnectError| {
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::Revoked
+            }
+        )
+    };
+
+    // The revoked node dials `a`.
+    let (addr, accepted) = serve_one(&a).await;
+    let dialled = guard(revoked.connect(addr, "localhost")).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(is_revoked(&err), "{err}");
+    assert!(err.to_string().contains("revoked"), "{err}");
+    let err = dialled.unwrap_err();
+    assert!(matches!(err, ConnectError::RefusedByPeer { .. }), "{err}");
+
+    // `a` dials the revoked node.
+    let (addr, _accepted) = serve_one(&revoked).await;
+    let err = guard(a.connect(addr, "localhost")).await.unwrap_err();
+    assert!(is_revoked(&err), "{err}");
+
+    // `b`, not on the list, connects either way.
+    let (addr, accepted) = serve_one(&a).await;
+    let dialled = guard(b.connect(addr, "localhost")).await.unwrap();
+    assert_eq!(dialled.peer().node_name, "a");
+    assert_eq!(
+        guard(accepted).await.unwrap().unwrap().peer().node_name,
+        "b"
+    );
+    let (addr, accepted) = serve_one(&b).await;
+    let dialled = guard(a.connect(addr, "localhost")).await.unwrap();
+    assert_eq!(dialled.peer().node_name, "b");
+    guard(accepted).await.unwrap().unwrap();
+}
+
+/// A revocation list that is not from the CA that issued a peer's
+/// certificate says nothing about it: the peer is refused, not waved
+/// through.
+#[tokio::test]
+async fn a_peer_whose_issuer_has_no_revocation_list_here_is_refused() {
+    let ca = Ca::new("cluster CA");
+    let other = Ca::new("another CA");
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let a = endpoint(
+        CLUSTER,
+        "a",
+        1,
+        ca.tls_revoking("a", &other.revocation_list(&[])),
+    );
+    let (addr, accepted) = serve_one(&a).await;
+    let _ = guard(b.connect(addr, "localhost")).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::UnknownRevocationStatus
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn another_clusters_node_is_refused_by_both_sides() {
     let ca = Ca::new("shared CA");
@@ -509,6 +584,25 @@ async fn pem_that_is_not_a_certificate_is_a_typed_error() {
     let err =
         TlsConfig::from_pem(chain.as_bytes(), other_key.as_bytes(), ca.pem.as_bytes()).unwrap_err();
     assert!(matches!(err, ConfigError::Tls(_)), "{err}");
+    // A revocation list that holds no list.
+    let (chain, key) = ca.node("c");
+    let err = TlsConfig::from_pem_with_revocations(
+        chain.as_bytes(),
+        key.as_bytes(),
+        ca.pem.as_bytes(),
+        ca.pem.as_bytes(),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConfigError::Pem {
+                what: "revocation list",
+                ..
+            }
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]

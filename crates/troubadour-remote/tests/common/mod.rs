@@ -33,4 +33,22 @@ impl Ca {
     pub fn tls(&self, name: &str, trust: &Ca) -> TlsConfig {
         self.ca.tls_trusting(name, &trust.pem).unwrap()
     }
+
+    /// A revocation list (PEM) revoking what this CA issued to `nodes`.
+    pub fn revocation_list(&self, nodes: &[&str]) -> String {
+        self.ca.revocation_list(nodes).unwrap()
+    }
+
+    /// TLS config for a node of this CA's cluster that refuses whatever
+    /// `revocation_list` revokes.
+    pub fn tls_revoking(&self, name: &str, revocation_list: &str) -> TlsConfig {
+        let (cert, key) = self.node(name);
+        TlsConfig::from_pem_with_revocations(
+            cert.as_bytes(),
+            key.as_bytes(),
+            self.pem.as_bytes(),
+            revocation_list.as_bytes(),
+        )
+        .unwrap()
+    }
 }
