@@ -13,7 +13,14 @@
 //!
 //! The node is declared down, for good, when a reconnect finds another
 //! incarnation at its address (it restarted: a new node) or when attempts
-//! have failed for longer than `node_down_after` (30 s by default). Its
+//! have failed for longer than `node_down_after` (30 s by default).
+//!
+//! A node that listens nowhere (it only dials, like a client process)
+//! cannot be dialled back. What is sent to its actors while it has no
+//! connection waits in a connection that has no socket yet, and the node's
+//! next connection to this one (its handshake names the same incarnation)
+//! takes it over, buffer and all. If none comes within `node_down_after`
+//! of that first send, the node is declared down as above. Its
 //! incarnation goes into the endpoint's `DeclaredDown` set, so its
 //! handshakes are refused from then on, and its proxies refuse sends as
 //! stopped actors do (dead letters).
@@ -53,6 +60,9 @@ struct LinkState {
     /// Consecutive failed attempts, and since when.
     failures: u32,
     failing_since: Option<Instant>,
+    /// `current` has no socket yet: it waits for the node, which cannot
+    /// be dialled, to connect to us again.
+    waiting: bool,
 }
 
 impl NodeLink {
@@ -105,7 +115,19 @@ impl NodeLink {
         if shared.is_shut() {
             return None;
         }
-        let addr = s.dial?;
+        let Some(addr) = s.dial else {
+            if shared.simulated {
+                // The simulated network has no reconnection (yet): a node
+                // whose connection it lost stays unreachable.
+                return None;
+            }
+            let peer = Peer::new(&shared, self.clone());
+            s.current = Some(peer.clone());
+            s.waiting = true;
+            drop(s);
+            self.expect_redial(&shared, &peer);
+            return Some(peer);
+        };
         let backoff = match s.failures {
             0 => Duration::ZERO,
             n => (FIRST_BACKOFF * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
@@ -115,6 +137,41 @@ impl NodeLink {
         drop(s);
         peer.dial(addr, backoff);
         Some(peer)
+    }
+
+    /// Declares the node down if `peer` still waits for it after
+    /// `node_down_after`.
+    fn expect_redial(self: &Arc<Self>, shared: &Arc<Shared>, peer: &Arc<Peer>) {
+        let link = self.clone();
+        let peer = peer.clone();
+        let after = shared.config.node_down_after;
+        shared.runtime.spawn(async move {
+            tokio::time::sleep(after).await;
+            let still_waiting = {
+                let s = lock(&link.state);
+                s.waiting && s.current.as_ref().is_some_and(|c| Arc::ptr_eq(c, &peer))
+            };
+            if still_waiting {
+                link.declare_down();
+            }
+        });
+    }
+
+    /// The connection waiting for this node to connect again, if one is
+    /// (see the module docs): an incoming connection of the node takes it
+    /// over.
+    pub(crate) fn take_waiting(&self) -> Option<Arc<Peer>> {
+        let mut s = lock(&self.state);
+        if !s.waiting {
+            return None;
+        }
+        s.waiting = false;
+        s.current.clone().filter(|c| !c.is_lost())
+    }
+
+    /// Whether sends to the node wait for it to connect again.
+    fn is_waiting(&self) -> bool {
+        lock(&self.state).waiting
     }
 
     /// A connection was established: the failure count starts over.
@@ -196,7 +253,8 @@ impl Route for NodeRoute {
     }
 
     fn is_alive(&self, _: ActorId) -> bool {
-        !self.0.is_down() && (self.0.live().is_some() || self.0.dial_addr().is_some())
+        !self.0.is_down()
+            && (self.0.live().is_some() || self.0.dial_addr().is_some() || self.0.is_waiting())
     }
 
     fn room(&self, _: ActorId) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {

@@ -609,7 +609,11 @@ pub(crate) fn attach(
     let (stream, decoder, identity) = conn.into_parts();
     let node = NodeId::remote(&identity.node_name, dialled, identity.incarnation).ok()?;
     let link = shared.link_for(&node);
-    let peer = Peer::new(shared, link.clone());
+    // What waited for this node (one we cannot dial) goes out on this
+    // connection.
+    let peer = link
+        .take_waiting()
+        .unwrap_or_else(|| Peer::new(shared, link.clone()));
     lock(&shared.peers).all.push(peer.clone());
     peer.run(stream, decoder);
     link.install(&peer);

@@ -358,6 +358,62 @@ impl Handler<AskAround> for Echoer {
     }
 }
 
+/// Keeps a reference to a collector on another node and forwards to it.
+#[derive(Default)]
+struct Holder(Option<ActorRef<Collector>>);
+impl Actor for Holder {}
+impl RemoteActor for Holder {
+    const NAME: &'static str = "test.Holder";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<Keep>().handle::<Forward>();
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+struct Keep(ActorRef<Collector>);
+impl Message for Keep {
+    type Reply = ();
+}
+impl RemoteMessage for Keep {
+    const NAME: &'static str = "test.Keep";
+}
+impl Handler<Keep> for Holder {
+    fn handle(&mut self, Keep(c): Keep, _: &mut Context<Self>) {
+        self.0 = Some(c);
+    }
+}
+
+/// Tells `Answer(n)` to the kept collector: whether the send was taken.
+#[derive(Serialize, Deserialize)]
+struct Forward(u64);
+impl Message for Forward {
+    type Reply = bool;
+}
+impl RemoteMessage for Forward {
+    const NAME: &'static str = "test.Forward";
+}
+impl Handler<Forward> for Holder {
+    fn handle(&mut self, Forward(n): Forward, _: &mut Context<Self>) -> bool {
+        self.0.as_ref().unwrap().tell(Answer(n)).is_ok()
+    }
+}
+
+/// Asks `Answer(n)` of the kept collector and waits: how the ask ended.
+struct AskAnswer(u64);
+impl Message for AskAnswer {
+    type Reply = Result<(), AskError>;
+}
+impl Handler<AskAnswer> for Holder {
+    fn handle(&mut self, AskAnswer(n): AskAnswer, _: &mut Context<Self>) -> Result<(), AskError> {
+        self.0
+            .as_ref()
+            .unwrap()
+            .ask(Answer(n))
+            .timeout(GUARD)
+            .wait()
+    }
+}
+
 /// Collects answers on the asking node.
 struct Collector(mpsc::Sender<u64>);
 impl Actor for Collector {}
@@ -403,6 +459,11 @@ impl Node {
 }
 
 fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
+    registered(security).listen("127.0.0.1:0".parse().unwrap())
+}
+
+/// Every test type registered; listening nowhere.
+fn registered(security: Security) -> troubadour_remote::RemoteBuilder {
     Remote::builder(CLUSTER, security)
         .register::<Add>()
         .register::<Seq>()
@@ -424,7 +485,9 @@ fn builder(security: Security) -> troubadour_remote::RemoteBuilder {
         .actor::<Watcher>()
         .actor::<Echoer>()
         .actor::<Store>()
-        .listen("127.0.0.1:0".parse().unwrap())
+        .actor::<Holder>()
+        .register::<Keep>()
+        .register::<Forward>()
 }
 
 fn node(
@@ -762,6 +825,137 @@ fn a_lost_connection_is_reestablished_by_the_next_send() {
     let got = store.ask(Get).timeout(GUARD).wait().unwrap();
     assert_eq!(got[0], 1);
     assert_eq!(&got[got.len() - 2..], [2, 3]);
+}
+
+/// A TCP forwarder whose connections the test can cut, as a network
+/// failure would, with both nodes still running.
+struct Forwarder {
+    addr: SocketAddr,
+    live: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl Forwarder {
+    fn to(target: SocketAddr) -> Forwarder {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let live = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let tasks = live.clone();
+        runtime.spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let task = tokio::spawn(async move {
+                    if let Ok(mut outbound) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                    }
+                });
+                tasks.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Forwarder {
+            addr,
+            live,
+            _runtime: runtime,
+        }
+    }
+
+    /// Ends every connection through it; both ends see it closed.
+    fn cut(&self) {
+        for task in self.live.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+/// Alpha holds a reference to an actor of gamma, a node that listens
+/// nowhere (it reached alpha by dialling, as a client process does),
+/// through a forwarder the test can cut.
+struct DialOnly {
+    alpha: Node,
+    _gamma_system: ActorSystem,
+    _gamma: Remote,
+    forwarder: Forwarder,
+    /// Alpha's holder, as gamma reaches it.
+    held: ActorRef<Holder>,
+    /// Alpha's holder, local to alpha.
+    holder: ActorRef<Holder>,
+    answers: mpsc::Receiver<u64>,
+}
+
+fn dial_only_gamma(
+    ca: &Ca,
+    configure_alpha: impl FnOnce(troubadour_remote::RemoteBuilder) -> troubadour_remote::RemoteBuilder,
+) -> DialOnly {
+    let alpha = node("alpha", ca, configure_alpha);
+    let holder = alpha.system.spawn(Holder::default()).unwrap();
+    alpha.remote.expose("holder", &holder).unwrap();
+    let forwarder = Forwarder::to(alpha.addr());
+    let gamma_system = ActorSystem::builder().name("gamma").build();
+    let gamma = gamma_system
+        .block_on(registered(Security::Tls(ca.tls("gamma", ca))).start(&gamma_system))
+        .unwrap();
+    assert_eq!(gamma.local_addr(), None, "gamma listens nowhere");
+    let (tx, answers) = mpsc::channel();
+    let collector = gamma_system.spawn(Collector(tx)).unwrap();
+    let held = gamma_system
+        .block_on(gamma.lookup::<Holder>(forwarder.addr, "holder"))
+        .unwrap();
+    held.ask(Keep(collector)).timeout(GUARD).wait().unwrap();
+    assert!(holder.ask(Forward(1)).timeout(GUARD).wait().unwrap());
+    assert_eq!(answers.recv_timeout(GUARD).unwrap(), 1);
+    DialOnly {
+        alpha,
+        _gamma_system: gamma_system,
+        _gamma: gamma,
+        forwarder,
+        held,
+        holder,
+        answers,
+    }
+}
+
+/// What is sent to a node that cannot be dialled back while it has no
+/// connection waits, and goes out, in order, on the node's next
+/// connection.
+#[test]
+fn what_is_sent_to_a_dial_only_node_waits_for_it_to_connect_again() {
+    let ca = Ca::new("test CA");
+    let t = dial_only_gamma(&ca, |b| b);
+    t.forwarder.cut();
+    eventually(|| RemoteStats::get(&t.alpha.remote.stats().connections_lost) > 0);
+    for n in 2..=4 {
+        assert!(
+            t.holder.ask(Forward(n)).timeout(GUARD).wait().unwrap(),
+            "a send to a node that is only away was refused"
+        );
+    }
+    // Gamma sends again: it redials (through the forwarder), and what
+    // waited on alpha goes out first, then what gamma's message caused.
+    eventually(|| t.held.tell(Forward(99)).is_ok());
+    let got: Vec<u64> = (0..4)
+        .map(|_| t.answers.recv_timeout(GUARD).unwrap())
+        .collect();
+    assert_eq!(got, [2, 3, 4, 99]);
+}
+
+/// A node that cannot be dialled back and does not come back within
+/// `node_down_after` of a send is declared down: the ask that waited ends
+/// with `ConnectionLost`, and later sends are refused.
+#[test]
+fn a_dial_only_node_that_does_not_come_back_is_declared_down() {
+    let ca = Ca::new("test CA");
+    let t = dial_only_gamma(&ca, |b| b.node_down_after(Duration::from_millis(300)));
+    t.forwarder.cut();
+    eventually(|| RemoteStats::get(&t.alpha.remote.stats().connections_lost) > 0);
+    let asked = t.holder.ask(AskAnswer(7)).timeout(GUARD).wait().unwrap();
+    assert_eq!(asked, Err(AskError::ConnectionLost));
+    assert!(!t.holder.ask(Forward(8)).timeout(GUARD).wait().unwrap());
 }
 
 #[test]
