@@ -151,6 +151,34 @@ fn a_nested_keep_keeps_nothing_and_the_outer_one_keeps_the_first() {
     assert_eq!(seen(&actor).0, [1]);
 }
 
+/// A delivery that panics after waking an actor: the actor still runs (on
+/// a worker), and the thread is not left keeping.
+#[test]
+fn a_delivery_that_unwinds_hands_what_it_kept_to_the_workers() {
+    let system = ActorSystem::new();
+    let actor = system.spawn(Recorder::default()).unwrap();
+    until_idle(&actor);
+    let unwound = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        keep_arrival(|| {
+            actor.tell(Note(1)).unwrap();
+            panic!("a decoder bug");
+        })
+    }));
+    assert!(unwound.is_err());
+    let (values, threads) = seen(&actor);
+    assert_eq!(values, [1]);
+    assert_ne!(threads, [thread::current().id()]);
+    // Not keeping any more: a plain send from here queues the actor, and
+    // the next keeping call keeps again.
+    until_idle(&actor);
+    actor.tell(Note(2)).unwrap();
+    assert_eq!(seen(&actor).0, [1, 2]);
+    until_idle(&actor);
+    let ((), arrival) = keep_arrival(|| actor.tell(Note(3)).unwrap());
+    arrival.expect("kept").run();
+    assert_eq!(seen(&actor).0, [1, 2, 3]);
+}
+
 #[test]
 fn actors_on_threads_of_their_own_and_sends_from_workers_are_never_kept() {
     let system = ActorSystem::new();

@@ -132,44 +132,37 @@ pub(crate) fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival
     struct Stop;
     impl Drop for Stop {
         fn drop(&mut self) {
-            let kept = KEEPER.with(|k| {
-                k.keeping.set(false);
-                k.crowded.set(false);
-                k.kept.borrow_mut().take()
-            });
-            if let Some((shared, task)) = kept {
-                drop(Arrival {
-                    shared,
-                    task: Some(task),
-                });
-            }
+            drop(stop_keeping());
         }
     }
     let stop = Stop;
     let out = deliver();
+    std::mem::forget(stop);
+    (out, stop_keeping())
+}
+
+/// Ends a keeping call: what it kept, if anything.
+fn stop_keeping() -> Option<Arrival> {
     let kept = KEEPER.with(|k| {
         k.keeping.set(false);
         k.crowded.set(false);
         k.kept.borrow_mut().take()
     });
-    std::mem::forget(stop);
-    let arrival = kept.map(|(shared, task)| Arrival {
+    kept.map(|(shared, task)| Arrival {
         shared,
         task: Some(task),
-    });
-    (out, arrival)
+    })
 }
 
 /// Called by `Shared::schedule` off the workers: keeps `task` if this
-/// thread is keeping and has kept nothing yet; otherwise hands it back.
+/// thread is keeping and this is the first actor its delivery woke;
+/// otherwise hands it back to be queued (and, on the second actor, queues
+/// the first one too).
 pub(super) fn keep(shared: &Arc<Shared>, task: Task) -> Option<Task> {
     KEEPER.with(|k| {
         // A scheduler with no workers (the simulation's) runs only what
         // its owner picks.
-        if !k.keeping.get() || shared.unparkers.is_empty() {
-            return Some(task);
-        }
-        if k.crowded.get() {
+        if !k.keeping.get() || k.crowded.get() || shared.unparkers.is_empty() {
             return Some(task);
         }
         let mut kept = k.kept.borrow_mut();
