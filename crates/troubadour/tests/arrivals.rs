@@ -9,7 +9,7 @@
 mod common;
 
 use common::{Batch, Batcher, LoggedFlush, LIVENESS};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::thread::{self, ThreadId};
 use troubadour::prelude::*;
 use troubadour::remote::{self, keep_arrival};
@@ -240,14 +240,7 @@ fn a_turn_that_leaves_messages_hands_the_actor_to_the_workers() {
 #[test]
 fn work_deferred_in_an_arrival_turn_runs_once_when_it_ends() {
     let system = ActorSystem::new();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let flush: Arc<dyn remote::TurnEnd> = Arc::new(LoggedFlush(log.clone()));
-    let batcher = system
-        .spawn(Batcher {
-            log: log.clone(),
-            flush: flush.clone(),
-        })
-        .unwrap();
+    let (batcher, log, flush) = Batcher::spawn_on(&system);
     until_idle(&batcher);
     let ((), arrival) = keep_arrival(|| {
         batcher.tell(Batch).unwrap();

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{Batch, Batcher, LoggedFlush, LIVENESS};
+use common::{Batch, Batcher, LIVENESS};
 use std::sync::{Arc, Mutex};
 use troubadour::prelude::*;
 use troubadour::remote::{self, ControlRef, OutgoingSignal, Refusal, RemoteProcess, Route};
@@ -432,14 +432,7 @@ fn an_actor_id_names_a_remote_node_without_colliding_with_local_ones() {
 #[test]
 fn work_deferred_in_a_turn_runs_once_when_the_turn_ends() {
     let system = ActorSystem::new();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let flush: Arc<dyn remote::TurnEnd> = Arc::new(LoggedFlush(log.clone()));
-    let batcher = system
-        .spawn(Batcher {
-            log: log.clone(),
-            flush: flush.clone(),
-        })
-        .unwrap();
+    let (batcher, log, flush) = Batcher::spawn_on(&system);
     for round in 0..50 {
         for _ in 0..(round % 5 + 1) {
             batcher.tell(Batch).unwrap();

@@ -52,8 +52,11 @@ pub fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+/// What a `Batcher` and its flush did, in order.
+pub type BatchLog = std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>;
+
 /// A flush that logs "flushed", for `troubadour::remote::at_turn_end`.
-pub struct LoggedFlush(pub std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>);
+pub struct LoggedFlush(pub BatchLog);
 impl troubadour::remote::TurnEnd for LoggedFlush {
     fn turn_ended(&self) {
         self.0.lock().unwrap().push("flushed");
@@ -63,10 +66,33 @@ impl troubadour::remote::TurnEnd for LoggedFlush {
 /// Sends "to another node": logs "handled" for each `Batch` and defers its
 /// flush three times.
 pub struct Batcher {
-    pub log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+    pub log: BatchLog,
     pub flush: std::sync::Arc<dyn troubadour::remote::TurnEnd>,
 }
 impl troubadour::Actor for Batcher {}
+
+impl Batcher {
+    /// A batcher on `system`, with the log it and its flush write to, and
+    /// the flush.
+    pub fn spawn_on(
+        system: &troubadour::ActorSystem,
+    ) -> (
+        troubadour::ActorRef<Batcher>,
+        BatchLog,
+        std::sync::Arc<dyn troubadour::remote::TurnEnd>,
+    ) {
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let flush: std::sync::Arc<dyn troubadour::remote::TurnEnd> =
+            std::sync::Arc::new(LoggedFlush(log.clone()));
+        let batcher = system
+            .spawn(Batcher {
+                log: log.clone(),
+                flush: flush.clone(),
+            })
+            .unwrap();
+        (batcher, log, flush)
+    }
+}
 
 pub struct Batch;
 impl troubadour::Message for Batch {
