@@ -16,8 +16,9 @@
 //!
 //! The turn holds its tokio thread, so only short turns are wanted there: an
 //! actor whose turns took longer than [`SLOW_TURN`] twice in a row is left
-//! to the workers for a while ([`SLOW_FORGOTTEN_AFTER`]). A turn that comes while the last one is still
-//! queued or running goes to the workers too (the hand-over holds one).
+//! to the workers for a while ([`SLOW_FORGOTTEN_AFTER`]). A turn that comes
+//! while the last one is still queued or running goes to the workers too
+//! (the hand-over holds one).
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};
@@ -26,15 +27,15 @@ use tokio::sync::mpsc;
 use troubadour::remote::{keep_arrival, Arrival};
 use troubadour::ActorId;
 
-/// A turn longer than this keeps the actor off the I/O threads from then
-/// on: long enough for any handler that only computes a reply, far shorter
-/// than what would delay the connection's other frames noticeably.
+/// A turn longer than this is slow (two in a row send the actor to the
+/// workers): long enough for any handler that only computes a reply, far
+/// shorter than what would delay the connection's other frames noticeably.
 const SLOW_TURN: Duration = Duration::from_micros(250);
 
-/// How long an actor stays off the I/O threads after a slow turn. A turn
-/// is timed by the wall clock, so one that was only preempted (a busy
-/// machine) looks slow too: forgetting lets such an actor back, and an
-/// actor that really is slow costs the connection one slow turn per
+/// How long an actor stays off the I/O threads once sent to the workers.
+/// A turn is timed by the wall clock, so one that was only preempted (a
+/// busy machine) looks slow too: forgetting lets such an actor back, and an
+/// actor that really is slow costs the connection two slow turns per
 /// period.
 const SLOW_FORGOTTEN_AFTER: Duration = Duration::from_secs(1);
 
@@ -75,9 +76,9 @@ impl ArrivalRunner {
         Some(Self { turns })
     }
 
-    /// Runs `deliver` (the dispatch of what was read) and hands the first
-    /// actor it woke to the running task, or to the workers if that task
-    /// still has one.
+    /// Runs `deliver` (the dispatch of what was read) and hands the actor
+    /// it woke, if it woke just one, to the running task, or to the workers
+    /// if that task still has one.
     pub(crate) fn deliver<R>(&self, deliver: impl FnOnce() -> R) -> R {
         let (out, arrival) = keep_arrival(deliver);
         if let Some(arrival) = arrival {
