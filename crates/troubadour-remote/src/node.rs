@@ -33,6 +33,7 @@ pub(crate) struct Config {
     pub remote_ask_limit: Duration,
     pub lookup_timeout: Duration,
     pub node_down_after: Duration,
+    pub turns_on_io_thread: bool,
 }
 
 impl Default for Config {
@@ -45,6 +46,7 @@ impl Default for Config {
             remote_ask_limit: Duration::from_secs(300),
             lookup_timeout: Duration::from_secs(10),
             node_down_after: Duration::from_secs(30),
+            turns_on_io_thread: true,
         }
     }
 }
@@ -496,6 +498,21 @@ impl RemoteBuilder {
     /// timeout usually ends it first).
     pub fn remote_ask_limit(mut self, limit: Duration) -> Self {
         self.config.remote_ask_limit = limit;
+        self
+    }
+
+    /// Whether the actor a received message wakes may run its turn on the
+    /// connection's I/O thread, right after the message is read, instead of
+    /// waking a worker for it (default `true`): a round trip then wakes no
+    /// worker on either side (decision 0022). Actors whose turns are slow
+    /// go to the workers by themselves, and troubadour's own waits
+    /// (`ask(..).wait()`) hand the I/O thread on first. Turn it off if
+    /// handlers of remotely reached actors call tokio's
+    /// `Handle::block_on` themselves (which panics on a tokio thread) or
+    /// block the thread in long system calls without
+    /// `SpawnOptions::blocking`.
+    pub fn turns_on_io_thread(mut self, enabled: bool) -> Self {
+        self.config.turns_on_io_thread = enabled;
         self
     }
 

@@ -555,7 +555,12 @@ impl Peer {
     ) -> String {
         let silence = self.shared.config.heartbeat_timeout;
         let codec = self.codec();
-        let runner = ArrivalRunner::start(&self.shared.runtime);
+        let runner = self
+            .shared
+            .config
+            .turns_on_io_thread
+            .then(|| ArrivalRunner::start(&self.shared.runtime))
+            .flatten();
         loop {
             // References inside what arrived resolve against this peer.
             let mut dispatch_all = || {

@@ -1182,6 +1182,25 @@ fn a_handler_may_wait_for_an_answer_from_the_node_that_asked_it() {
     );
 }
 
+/// With `turns_on_io_thread(false)` every turn runs on a worker.
+#[test]
+fn with_turns_on_io_thread_off_every_turn_runs_on_a_worker() {
+    let ca = Ca::new("test CA");
+    let off = |b: troubadour_remote::RemoteBuilder| b.turns_on_io_thread(false);
+    let (alpha, beta) = (node("alpha", &ca, off), node("beta", &ca, off));
+    let (echoer, _) = echoer_on_beta(&alpha, &beta);
+    let store = alpha.system.spawn(Store::default()).unwrap();
+    for _ in 0..20 {
+        let (got, thread) = echoer
+            .ask(AskAround(store.clone()))
+            .timeout(GUARD)
+            .wait()
+            .unwrap();
+        assert_eq!(got, Vec::<u64>::new());
+        assert!(thread.starts_with("troubadour-worker"), "{thread}");
+    }
+}
+
 #[test]
 fn a_recipient_inside_a_message_works_on_the_far_side() {
     let (alpha, beta) = pair();
