@@ -299,6 +299,11 @@ impl Shared {
         })
     }
 
+    /// A new connection joins the list a shutdown closes.
+    pub(crate) fn track(&self, peer: &Arc<Peer>) {
+        lock(&self.peers).all.push(peer.clone());
+    }
+
     /// A lost connection leaves the list of live ones.
     pub(crate) fn forget(&self, peer: &Peer) {
         lock(&self.peers).all.retain(|p| !std::ptr::eq(&**p, peer));
@@ -326,7 +331,6 @@ impl Shared {
     pub(crate) fn connect_simulated(self: &Arc<Self>, other: &Arc<Shared>) -> Arc<Peer> {
         let link = self.link_for(&other.system.node());
         let peer = Peer::new(self, link.clone());
-        lock(&self.peers).all.push(peer.clone());
         link.install(&peer);
         peer
     }
@@ -631,7 +635,6 @@ pub(crate) fn attach(
     let peer = link
         .take_waiting()
         .unwrap_or_else(|| Peer::new(shared, link.clone()));
-    lock(&shared.peers).all.push(peer.clone());
     peer.run(stream, decoder);
     link.install(&peer);
     if let Some(addr) = dialled {

@@ -114,9 +114,11 @@ pub(crate) struct Peer {
 impl Peer {
     /// A connection to `link`'s node with nothing under it yet: what is
     /// sent waits in its buffers until [`run`](Self::run) (or is dropped
-    /// with it if no connection comes).
+    /// with it if no connection comes). Listed among the node's
+    /// connections from the start, so a shutdown ends it whatever state it
+    /// is in (being dialled, waiting, established).
     pub(crate) fn new(shared: &Arc<Shared>, link: Arc<NodeLink>) -> Arc<Peer> {
-        Arc::new_cyclic(|me| Peer {
+        let peer = Arc::new_cyclic(|me| Peer {
             node: link.node.clone(),
             link,
             tls: AtomicBool::new(false),
@@ -146,7 +148,9 @@ impl Peer {
             sim_decoder: shared
                 .simulated
                 .then(|| Mutex::new(FrameDecoder::new(shared.limits))),
-        })
+        });
+        shared.track(&peer);
+        peer
     }
 
     /// Starts the reader and writer tasks on an established connection,

@@ -958,6 +958,27 @@ fn a_dial_only_node_that_does_not_come_back_is_declared_down() {
     assert!(!t.holder.ask(Forward(8)).timeout(GUARD).wait().unwrap());
 }
 
+/// A shutdown ends every connection, a re-established one too: later
+/// sends through the proxies of that node are refused.
+#[test]
+fn shutdown_closes_a_reestablished_connection_too() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let (local, store) = store_on_beta(&alpha, &beta);
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    let addr = beta.addr();
+    beta.remote.shutdown();
+    drop(beta.remote);
+    let again = restart_remote(&beta.system, &ca, "beta", addr);
+    again.expose("store", &local).unwrap();
+    eventually(|| store.tell(Add(2)).is_ok());
+    // The new connection is up.
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    alpha.remote.shutdown();
+    assert!(matches!(store.tell(Add(3)), Err(SendError::Stopped(_))));
+}
+
 #[test]
 fn a_restarted_node_is_a_new_node_and_the_old_one_is_declared_down() {
     let ca = Ca::new("test CA");
