@@ -111,12 +111,16 @@ impl SlowActors {
             return false;
         };
         if since.elapsed() > SLOW_FORGOTTEN_AFTER {
-            self.slow.clear();
-            self.suspects.clear();
-            self.since = None;
+            self.forget();
             return false;
         }
         self.slow.contains(&actor)
+    }
+
+    fn forget(&mut self) {
+        self.slow.clear();
+        self.suspects.clear();
+        self.since = None;
     }
 
     /// Takes note of a turn of `actor` that took `took`, ending `now`.
@@ -128,9 +132,7 @@ impl SlowActors {
             return;
         }
         if self.slow.len() + self.suspects.len() >= SLOW_REMEMBERED {
-            self.slow.clear();
-            self.suspects.clear();
-            self.since = None;
+            self.forget();
         }
         self.since.get_or_insert(now);
         if self.suspects.remove(&actor) {
