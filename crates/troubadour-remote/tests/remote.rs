@@ -970,6 +970,9 @@ fn shutdown_closes_a_reestablished_connection_too() {
     let addr = beta.addr();
     beta.remote.shutdown();
     drop(beta.remote);
+    // Until alpha notices the loss, a send may still go to the old
+    // connection and an ask on it end with `ConnectionLost`.
+    eventually(|| RemoteStats::get(&alpha.remote.stats().connections_lost) > 0);
     let again = restart_remote(&beta.system, &ca, "beta", addr);
     again.expose("store", &local).unwrap();
     eventually(|| store.tell(Add(2)).is_ok());
