@@ -879,7 +879,7 @@ impl Forwarder {
 struct DialOnly {
     alpha: Node,
     _gamma_system: ActorSystem,
-    _gamma: Remote,
+    gamma: Remote,
     forwarder: Forwarder,
     /// Alpha's holder, as gamma reaches it.
     held: ActorRef<Holder>,
@@ -912,7 +912,7 @@ fn dial_only_gamma(
     DialOnly {
         alpha,
         _gamma_system: gamma_system,
-        _gamma: gamma,
+        gamma,
         forwarder,
         held,
         holder,
@@ -929,6 +929,9 @@ fn what_is_sent_to_a_dial_only_node_waits_for_it_to_connect_again() {
     let t = dial_only_gamma(&ca, |b| b);
     t.forwarder.cut();
     eventually(|| RemoteStats::get(&t.alpha.remote.stats().connections_lost) > 0);
+    // Until gamma has seen the loss too, its send could go out on the
+    // dead connection and be lost with it, and nothing would redial.
+    eventually(|| RemoteStats::get(&t.gamma.stats().connections_lost) > 0);
     for n in 2..=4 {
         assert!(
             t.holder.ask(Forward(n)).timeout(GUARD).wait().unwrap(),
