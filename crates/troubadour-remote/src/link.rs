@@ -13,7 +13,12 @@
 //!
 //! The node is declared down, for good, when a reconnect finds another
 //! incarnation at its address (it restarted: a new node) or when attempts
-//! have failed for longer than `node_down_after` (30 s by default).
+//! have failed for longer than `node_down_after` (30 s by default, on the
+//! system's clock, so virtual time in a simulation).
+//!
+//! On a simulated network the simulation dials: a new connection goes on
+//! the list it takes (`Shared::sim_dials`) with its backoff, and the
+//! simulation connects it or fails it on its virtual clock.
 //!
 //! A node that listens nowhere (it only dials, like a client process)
 //! cannot be dialled back. What is sent to its actors while it has no
@@ -30,7 +35,7 @@ use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use troubadour::remote::{Outgoing, OutgoingSignal, Refusal, Route};
 use troubadour::{ActorId, ExitReason, NodeId};
 
@@ -59,7 +64,7 @@ struct LinkState {
     dial: Option<SocketAddr>,
     /// Consecutive failed attempts, and since when.
     failures: u32,
-    failing_since: Option<Instant>,
+    failing_since: Option<std::time::Instant>,
     /// `current` has no socket yet: it waits for the node, which cannot
     /// be dialled, to connect to us again.
     waiting: bool,
@@ -115,22 +120,26 @@ impl NodeLink {
         if shared.is_shut() {
             return None;
         }
+        let backoff = match s.failures {
+            0 => Duration::ZERO,
+            n => (FIRST_BACKOFF * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
+        };
+        if shared.simulated {
+            // The simulation dials: it takes the connection from the list,
+            // and connects it or fails it, on its virtual clock.
+            let peer = Peer::new(&shared, self.clone());
+            s.current = Some(peer.clone());
+            drop(s);
+            lock(&shared.sim_dials).push((peer.clone(), backoff));
+            return Some(peer);
+        }
         let Some(addr) = s.dial else {
-            if shared.simulated {
-                // The simulated network has no reconnection (yet): a node
-                // whose connection it lost stays unreachable.
-                return None;
-            }
             let peer = Peer::new(&shared, self.clone());
             s.current = Some(peer.clone());
             s.waiting = true;
             drop(s);
             self.expect_redial(&shared, &peer);
             return Some(peer);
-        };
-        let backoff = match s.failures {
-            0 => Duration::ZERO,
-            n => (FIRST_BACKOFF * 2u32.saturating_pow(n - 1)).min(MAX_BACKOFF),
         };
         let peer = Peer::new(&shared, self.clone());
         s.current = Some(peer.clone());
@@ -174,6 +183,12 @@ impl NodeLink {
         lock(&self.state).waiting
     }
 
+    /// Whether the node is on a simulated network, which can always try
+    /// to dial it.
+    fn is_simulated(&self) -> bool {
+        self.shared.upgrade().is_some_and(|s| s.simulated)
+    }
+
     /// A connection was established: the failure count starts over.
     pub(crate) fn connected(&self) {
         let mut s = lock(&self.state);
@@ -187,11 +202,14 @@ impl NodeLink {
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
+        // The system's clock: virtual in a simulation, so the simulated
+        // network decides when `node_down_after` has passed.
+        let now = shared.system.now();
         let give_up = {
             let mut s = lock(&self.state);
             s.failures += 1;
-            let since = *s.failing_since.get_or_insert_with(Instant::now);
-            since.elapsed() >= shared.config.node_down_after
+            let since = *s.failing_since.get_or_insert(now);
+            now.saturating_duration_since(since) >= shared.config.node_down_after
         };
         if give_up {
             self.declare_down();
@@ -254,7 +272,10 @@ impl Route for NodeRoute {
 
     fn is_alive(&self, _: ActorId) -> bool {
         !self.0.is_down()
-            && (self.0.live().is_some() || self.0.dial_addr().is_some() || self.0.is_waiting())
+            && (self.0.live().is_some()
+                || self.0.dial_addr().is_some()
+                || self.0.is_waiting()
+                || self.0.is_simulated())
     }
 
     fn room(&self, _: ActorId) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {

@@ -97,6 +97,9 @@ pub(crate) struct Shared {
     exports: RwLock<Exports>,
     peers: Mutex<Peers>,
     shut: std::sync::atomic::AtomicBool,
+    /// In a simulation: connections waiting to be dialled, with the
+    /// backoff before the attempt; the simulation takes them (`sim.rs`).
+    pub sim_dials: Mutex<Vec<(Arc<Peer>, Duration)>>,
 }
 
 #[derive(Default)]
@@ -332,6 +335,7 @@ impl Shared {
         let link = self.link_for(&other.system.node());
         let peer = Peer::new(self, link.clone());
         link.install(&peer);
+        link.connected();
         peer
     }
 
@@ -581,6 +585,7 @@ impl RemoteBuilder {
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),
             shut: std::sync::atomic::AtomicBool::new(false),
+            sim_dials: Mutex::new(Vec::new()),
         });
         let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
         Ok(Remote {

@@ -82,7 +82,7 @@ pub(crate) struct Peer {
     pub(crate) node: NodeId,
     pub(crate) link: Arc<NodeLink>,
     tls: AtomicBool,
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     out: Mutex<Outbound>,
     /// The stream's write half, once connected: the writer task writes
     /// with it, and so does a sender that finds nobody writing (see

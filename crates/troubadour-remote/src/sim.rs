@@ -7,13 +7,23 @@
 //! Everything above the bytes is the real remote layer: encoding into the
 //! connection's buffers, dispatch, asks and their answers, links and
 //! monitors, references in messages, and what losing a connection ends.
-//! What is not simulated: TLS and the handshake (tested on real sockets),
-//! heartbeats (the simulation decides when a silent connection counts as
-//! lost) and reconnecting (a lost simulated connection stays lost).
+//! Reconnecting is the real layer's too: after a loss, the next send to
+//! the node makes a new connection and puts it on a list the simulation
+//! takes ([`Remote::take_simulated_dials`]), with the backoff the real
+//! layer would wait. The simulation then connects it
+//! ([`SimDial::connect`], which finds a restarted node's new incarnation
+//! as a real handshake would and declares the old one down) or fails it
+//! ([`SimDial::fail`]: the node is declared down once dials have failed for
+//! `node_down_after` of virtual time).
+//!
+//! What is not simulated: TLS and the handshake's bytes (tested on real
+//! sockets), and heartbeats (the simulation decides when a silent
+//! connection counts as lost).
 
 use bytes::{Bytes, BytesMut};
 use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use troubadour::remote::{proxy, with_ref_codec};
 use troubadour::{ActorRef, NodeId, SystemHandle};
 
@@ -38,12 +48,27 @@ impl Remote {
         (SimConnection { peer: a }, SimConnection { peer: b })
     }
 
-    /// The actor `other` exposes as `name`, reached over `end` (this
-    /// node's end of a connection to `other`). Answered at once, as a
-    /// name service would: the simulation is about messages, not lookups.
+    /// The connections this node wants dialled since the last call (a
+    /// send found its node's connection lost), in the order wanted.
+    pub fn take_simulated_dials(&self) -> Vec<SimDial> {
+        std::mem::take(
+            &mut *self
+                .shared()
+                .sim_dials
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        )
+        .into_iter()
+        .map(|(peer, backoff)| SimDial { peer, backoff })
+        .collect()
+    }
+
+    /// The actor `other` exposes as `name`, as a reference on this node.
+    /// Answered at once, as a name service would: the simulation is about
+    /// messages, not lookups. No connection is needed: the first send
+    /// asks for one if none is up.
     pub fn lookup_simulated<A: RemoteActor>(
         &self,
-        end: &SimConnection,
         other: &Remote,
         name: &str,
     ) -> Result<ActorRef<A>, LookupError> {
@@ -57,9 +82,23 @@ impl Remote {
                 A::NAME
             )));
         }
-        let id = troubadour::ActorId::on(&end.peer.node, serial)
+        let node = other.shared().system.node();
+        if self
+            .shared()
+            .endpoint
+            .declared_down()
+            .contains(node.name(), node.incarnation())
+        {
+            return Err(LookupError::NoAnswer(format!(
+                "node {} (incarnation {:#x}) was declared down",
+                node.name(),
+                node.incarnation()
+            )));
+        }
+        let link = self.shared().link_for(&node);
+        let id = troubadour::ActorId::on(&link.node, serial)
             .ok_or_else(|| LookupError::NotFound("an invalid actor number".into()))?;
-        Ok(proxy::<A>(&self.shared().system, id, end.peer.route()))
+        Ok(proxy::<A>(&self.shared().system, id, link.route()))
     }
 }
 
@@ -129,5 +168,80 @@ impl SimConnection {
     /// Whether it is lost.
     pub fn is_lost(&self) -> bool {
         self.peer.is_lost()
+    }
+}
+
+/// A connection a node wants dialled (see the [module docs](self)): what
+/// is sent to the node meanwhile waits in it.
+pub struct SimDial {
+    peer: Arc<Peer>,
+    backoff: Duration,
+}
+
+/// Why a simulated dial did not connect.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SimDialRefused {
+    /// Another incarnation of the node answered: it restarted, and the one
+    /// dialled is declared down for good.
+    NodeRestarted,
+    /// The node dialled had declared the dialling node down: it never
+    /// accepts that incarnation again.
+    DeclaredDown,
+    /// The connection was closed before the dial (a shutdown).
+    Closed,
+}
+
+impl SimDial {
+    /// The node to dial (name and incarnation).
+    pub fn target(&self) -> NodeId {
+        self.peer.node.clone()
+    }
+
+    /// How long the real layer would wait before this attempt (it doubles
+    /// with each failed one).
+    pub fn backoff(&self) -> Duration {
+        self.backoff
+    }
+
+    /// Connects to `other`, the node now at the target's place: the
+    /// dialling node's end first. Refused, as a real handshake would be, if
+    /// `other` is another incarnation or has declared the dialling node
+    /// down.
+    pub fn connect(self, other: &Remote) -> Result<(SimConnection, SimConnection), SimDialRefused> {
+        if self.peer.is_lost() {
+            return Err(SimDialRefused::Closed);
+        }
+        let theirs = other.shared();
+        let mine = &self.peer.shared;
+        if theirs.system.node().incarnation() != self.peer.node.incarnation() {
+            self.peer.link.declare_down();
+            self.peer
+                .lose_for("the node restarted: another incarnation answered".into());
+            return Err(SimDialRefused::NodeRestarted);
+        }
+        let me = mine.system.node();
+        if theirs
+            .endpoint
+            .declared_down()
+            .contains(me.name(), me.incarnation())
+        {
+            self.peer
+                .lose_for("the node refused this incarnation, which it declared down".into());
+            return Err(SimDialRefused::DeclaredDown);
+        }
+        self.peer.link.connected();
+        let accepted = theirs.connect_simulated(mine);
+        Ok((
+            SimConnection { peer: self.peer },
+            SimConnection { peer: accepted },
+        ))
+    }
+
+    /// The dial failed (the node is unreachable or gone): what waited in
+    /// the connection ends as on a lost one, and the failure counts
+    /// towards declaring the node down.
+    pub fn fail(self, reason: &str) {
+        self.peer.link.failed();
+        self.peer.lose_for(format!("dialling failed: {reason}"));
     }
 }

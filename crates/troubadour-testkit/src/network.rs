@@ -14,6 +14,15 @@
 //! real heartbeats would. A crashed node's connections are lost at once on
 //! the other side.
 //!
+//! A lost connection is not the end of a node: the next send to it makes
+//! the remote layer dial again (after its backoff), and the network
+//! connects the dial if both directions between the two nodes are open and
+//! the node is up, or fails it. Dials that fail for the remote layer's
+//! `node_down_after` of virtual time declare the node down for good. A
+//! crashed node can be [restarted](SimNetwork::restart): a new incarnation
+//! under the same name, which the other nodes' dials find, as a real
+//! handshake would, and take for a new node.
+//!
 //! ```
 //! use serde::{Deserialize, Serialize};
 //! use troubadour::prelude::*;
@@ -48,14 +57,14 @@
 //! ```
 
 use crate::rng::Rng;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
 use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 use troubadour::{ActorRef, ActorSystem};
-use troubadour_remote::sim::SimConnection;
+use troubadour_remote::sim::{SimConnection, SimDial};
 use troubadour_remote::{LookupError, Remote, RemoteActor, RemoteBuilder, Security};
 
 /// The cluster name every simulated node uses.
@@ -76,8 +85,13 @@ struct Direction {
     from: NodeIndex,
     to: NodeIndex,
     in_flight: VecDeque<(Instant, bytes::Bytes)>,
-    /// Cut by a partition since then.
-    cut_since: Option<Instant>,
+}
+
+/// A connection a node wants, attempted at `at`.
+struct PendingDial {
+    from: NodeIndex,
+    at: Instant,
+    dial: SimDial,
 }
 
 struct SimConn {
@@ -125,6 +139,24 @@ pub enum NetEvent {
     Lost(NodeIndex, NodeIndex),
     /// A node crashed.
     Crashed(NodeIndex),
+    /// A crashed node started again as a new incarnation.
+    Restarted(NodeIndex),
+    /// A dial connected.
+    Dialled {
+        /// Dialling node.
+        from: NodeIndex,
+        /// Node dialled.
+        to: NodeIndex,
+    },
+    /// A dial failed or was refused.
+    DialFailed {
+        /// Dialling node.
+        from: NodeIndex,
+        /// Node dialled, if it exists.
+        to: Option<NodeIndex>,
+        /// Why.
+        reason: String,
+    },
     /// The virtual clock moved to this offset from the start.
     Clock(Duration),
 }
@@ -138,6 +170,9 @@ pub struct SimNetwork {
     rng: Rng,
     nodes: Vec<SimNode>,
     conns: Vec<SimConn>,
+    /// Directions cut by a partition, and since when.
+    cuts: BTreeMap<(NodeIndex, NodeIndex), Instant>,
+    dials: Vec<PendingDial>,
     /// The common virtual clock: every node's system is kept at it.
     now: Instant,
     start: Instant,
@@ -157,6 +192,8 @@ impl SimNetwork {
             rng: Rng(seed),
             nodes: Vec::new(),
             conns: Vec::new(),
+            cuts: BTreeMap::new(),
+            dials: Vec::new(),
             now,
             start: now,
             max_delay: Duration::from_millis(5),
@@ -190,6 +227,42 @@ impl SimNetwork {
         name: &str,
         configure: impl FnOnce(RemoteBuilder) -> RemoteBuilder,
     ) -> NodeIndex {
+        let node = self.start_node(name, configure);
+        let index = self.nodes.len();
+        self.nodes.push(node);
+        self.connect_to_all(index);
+        index
+    }
+
+    /// Starts crashed node `n` again: a new system under the same name, so
+    /// a new incarnation (as a restarted process is), connected to every
+    /// node it can reach. References to the old incarnation's actors stay
+    /// dead: the first dial that finds the new one declares the old one
+    /// down.
+    ///
+    /// # Panics
+    /// If node `n` has not crashed.
+    pub fn restart(
+        &mut self,
+        n: NodeIndex,
+        configure: impl FnOnce(RemoteBuilder) -> RemoteBuilder,
+    ) {
+        assert!(self.nodes[n].crashed, "only a crashed node can restart");
+        let name = self.nodes[n].system.node().name().to_string();
+        let node = self.start_node(&name, configure);
+        // The old system is gone with its process.
+        let old = std::mem::replace(&mut self.nodes[n], node);
+        old.remote.shutdown();
+        drop(old);
+        self.trace.push(NetEvent::Restarted(n));
+        self.connect_to_all(n);
+    }
+
+    fn start_node(
+        &mut self,
+        name: &str,
+        configure: impl FnOnce(RemoteBuilder) -> RemoteBuilder,
+    ) -> SimNode {
         let system = ActorSystem::builder()
             .name(name)
             .manual_scheduling()
@@ -201,34 +274,50 @@ impl SimNetwork {
         let remote = configure(Remote::builder(CLUSTER, Security::PlaintextLoopbackOnly))
             .start_simulated(&system)
             .expect("the simulated node's remote layer starts");
-        let index = self.nodes.len();
-        for (other, node) in self.nodes.iter().enumerate() {
-            let (mine, theirs) = remote.connect_simulated(&node.remote);
-            self.conns.push(SimConn {
-                ends: [mine, theirs],
-                dirs: [
-                    Direction {
-                        from: index,
-                        to: other,
-                        in_flight: VecDeque::new(),
-                        cut_since: None,
-                    },
-                    Direction {
-                        from: other,
-                        to: index,
-                        in_flight: VecDeque::new(),
-                        cut_since: None,
-                    },
-                ],
-                lost: false,
-            });
-        }
-        self.nodes.push(SimNode {
+        SimNode {
             system,
             remote,
             crashed: false,
+        }
+    }
+
+    /// Connects node `index` to every other node that is up and not cut
+    /// from it.
+    fn connect_to_all(&mut self, index: NodeIndex) {
+        for other in 0..self.nodes.len() {
+            if other == index || self.nodes[other].crashed || self.is_cut(index, other) {
+                continue;
+            }
+            let (mine, theirs) = self.nodes[index]
+                .remote
+                .connect_simulated(&self.nodes[other].remote);
+            self.add_conn(index, other, mine, theirs);
+        }
+    }
+
+    fn add_conn(&mut self, a: NodeIndex, b: NodeIndex, mine: SimConnection, theirs: SimConnection) {
+        self.conns.push(SimConn {
+            ends: [mine, theirs],
+            dirs: [
+                Direction {
+                    from: a,
+                    to: b,
+                    in_flight: VecDeque::new(),
+                },
+                Direction {
+                    from: b,
+                    to: a,
+                    in_flight: VecDeque::new(),
+                },
+            ],
+            lost: false,
         });
-        index
+    }
+
+    /// Whether either direction between `a` and `b` is cut (a TCP
+    /// connection needs both to be set up).
+    fn is_cut(&self, a: NodeIndex, b: NodeIndex) -> bool {
+        self.cuts.contains_key(&(a, b)) || self.cuts.contains_key(&(b, a))
     }
 
     /// Node `i`'s system: spawn on it, send from it (from the test's
@@ -250,28 +339,9 @@ impl SimNetwork {
         to: NodeIndex,
         name: &str,
     ) -> Result<ActorRef<A>, LookupError> {
-        let (conn, end) = self.conn_between(from, to);
-        self.nodes[from].remote.lookup_simulated::<A>(
-            &self.conns[conn].ends[end],
-            &self.nodes[to].remote,
-            name,
-        )
-    }
-
-    fn conn_between(&self, a: NodeIndex, b: NodeIndex) -> (usize, usize) {
-        self.conns
-            .iter()
-            .enumerate()
-            .find_map(|(i, c)| {
-                if c.dirs[0].from == a && c.dirs[0].to == b {
-                    Some((i, 0))
-                } else if c.dirs[1].from == a && c.dirs[1].to == b {
-                    Some((i, 1))
-                } else {
-                    None
-                }
-            })
-            .expect("every two nodes of a network are connected")
+        self.nodes[from]
+            .remote
+            .lookup_simulated::<A>(&self.nodes[to].remote, name)
     }
 
     /// Cuts both directions between `a` and `b`.
@@ -282,25 +352,31 @@ impl SimNetwork {
 
     /// Cuts the direction `from` → `to` only.
     pub fn partition_one_way(&mut self, from: NodeIndex, to: NodeIndex) {
-        let (c, d) = self.conn_between(from, to);
         let now = self.now;
-        self.conns[c].dirs[d].cut_since.get_or_insert(now);
+        self.cuts.entry((from, to)).or_insert(now);
     }
 
-    /// Heals every cut between `a` and `b` (a connection already lost stays
-    /// lost).
+    /// Heals every cut between `a` and `b`. A connection already lost
+    /// stays lost; the next send between them dials a new one.
     pub fn heal(&mut self, a: NodeIndex, b: NodeIndex) {
-        let (c, _) = self.conn_between(a, b);
-        for d in &mut self.conns[c].dirs {
-            d.cut_since = None;
-        }
+        self.cuts.remove(&(a, b));
+        self.cuts.remove(&(b, a));
+    }
+
+    /// Heals every cut.
+    pub fn heal_all(&mut self) {
+        self.cuts.clear();
     }
 
     /// Resets the connection between `a` and `b` now, as a broken TCP
     /// connection: what is in flight is dropped, both ends count it lost.
     pub fn reset(&mut self, a: NodeIndex, b: NodeIndex) {
-        let (c, _) = self.conn_between(a, b);
-        self.lose(c, "connection reset");
+        for c in 0..self.conns.len() {
+            let d = &self.conns[c].dirs[0];
+            if (d.from, d.to) == (a, b) || (d.from, d.to) == (b, a) {
+                self.lose(c, "connection reset");
+            }
+        }
     }
 
     /// Makes every delivery of bytes reset its connection instead, with
@@ -315,6 +391,9 @@ impl SimNetwork {
     pub fn crash(&mut self, n: NodeIndex) {
         self.nodes[n].crashed = true;
         self.trace.push(NetEvent::Crashed(n));
+        // Its own dials die with it.
+        self.dials.retain(|d| d.from != n);
+        let _ = self.nodes[n].remote.take_simulated_dials();
         for c in 0..self.conns.len() {
             if self.conns[c].dirs.iter().any(|d| d.from == n) {
                 self.lose(c, &format!("node {n} crashed"));
@@ -351,6 +430,7 @@ impl SimNetwork {
     pub fn step(&mut self) -> bool {
         self.poll_answers();
         self.expire_cuts();
+        self.collect_dials();
         // The choices, in a fixed order so a seed replays.
         let mut choices: Vec<Choice> = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
@@ -373,6 +453,11 @@ impl SimNetwork {
                 {
                     choices.push(Choice::Deliver(c, d));
                 }
+            }
+        }
+        for (k, d) in self.dials.iter().enumerate() {
+            if d.at <= self.now {
+                choices.push(Choice::Dial(k));
             }
         }
         // Sending is taken only when there is something to send; try the
@@ -415,7 +500,7 @@ impl SimNetwork {
                 let after = dir.in_flight.back().map_or(self.now, |(at, _)| *at);
                 let at = (self.now + delay).max(after);
                 let (from, to, len) = (dir.from, dir.to, bytes.len());
-                if dir.cut_since.is_some() {
+                if self.cuts.contains_key(&(from, to)) {
                     self.trace.push(NetEvent::Cut {
                         from,
                         to,
@@ -443,7 +528,7 @@ impl SimNetwork {
                     return false;
                 };
                 let (from, to) = (self.conns[c].dirs[d].from, self.conns[c].dirs[d].to);
-                if self.conns[c].dirs[d].cut_since.is_some() {
+                if self.cuts.contains_key(&(from, to)) {
                     self.trace.push(NetEvent::Cut {
                         from,
                         to,
@@ -460,6 +545,67 @@ impl SimNetwork {
                 }
                 true
             }
+            Choice::Dial(k) => {
+                let PendingDial { from, dial, .. } = self.dials.remove(k);
+                self.attempt(from, dial);
+                true
+            }
+        }
+    }
+
+    /// Takes the dials every live node wants, each due after its backoff
+    /// plus a connect time of up to one delay.
+    fn collect_dials(&mut self) {
+        for from in 0..self.nodes.len() {
+            if self.nodes[from].crashed {
+                continue;
+            }
+            for dial in self.nodes[from].remote.take_simulated_dials() {
+                let connect = if self.max_delay.is_zero() {
+                    Duration::ZERO
+                } else {
+                    Duration::from_nanos(self.rng.below(self.max_delay.as_nanos() as u64 + 1))
+                };
+                let at = self.now + dial.backoff() + connect;
+                self.dials.push(PendingDial { from, at, dial });
+            }
+        }
+    }
+
+    /// One dial: connected if the node it names is up and reachable both
+    /// ways, failed otherwise (the remote layer counts the failure).
+    fn attempt(&mut self, from: NodeIndex, dial: SimDial) {
+        let target = dial.target();
+        let to = self
+            .nodes
+            .iter()
+            .position(|n| n.system.node().name() == target.name());
+        let refused = match to {
+            None => Some("no node has that name".to_string()),
+            Some(to) if self.nodes[to].crashed => {
+                Some("connection refused: the node is down".into())
+            }
+            Some(to) if self.is_cut(from, to) => {
+                Some("timed out: the nodes are partitioned".into())
+            }
+            Some(_) => None,
+        };
+        if let Some(reason) = refused {
+            dial.fail(&reason);
+            self.trace.push(NetEvent::DialFailed { from, to, reason });
+            return;
+        }
+        let to = to.expect("found above");
+        match dial.connect(&self.nodes[to].remote) {
+            Ok((mine, theirs)) => {
+                self.add_conn(from, to, mine, theirs);
+                self.trace.push(NetEvent::Dialled { from, to });
+            }
+            Err(refusal) => self.trace.push(NetEvent::DialFailed {
+                from,
+                to: Some(to),
+                reason: format!("{refusal:?}"),
+            }),
         }
     }
 
@@ -467,8 +613,9 @@ impl SimNetwork {
     fn expire_cuts(&mut self) {
         for c in 0..self.conns.len() {
             let expired = self.conns[c].dirs.iter().any(|d| {
-                d.cut_since
-                    .is_some_and(|since| self.now.duration_since(since) >= self.heartbeat_timeout)
+                self.cuts
+                    .get(&(d.from, d.to))
+                    .is_some_and(|since| self.now.duration_since(*since) >= self.heartbeat_timeout)
             });
             if expired && !self.conns[c].lost {
                 self.lose(c, "partitioned past the heartbeat timeout");
@@ -514,8 +661,10 @@ impl SimNetwork {
             .iter()
             .filter(|c| !c.lost)
             .flat_map(|c| c.dirs.iter())
-            .filter_map(|d| d.cut_since.map(|s| s + self.heartbeat_timeout));
-        timers.chain(arrivals).chain(cuts).min()
+            .filter_map(|d| self.cuts.get(&(d.from, d.to)))
+            .map(|since| *since + self.heartbeat_timeout);
+        let dials = self.dials.iter().map(|d| d.at);
+        timers.chain(arrivals).chain(cuts).chain(dials).min()
     }
 
     fn advance_to(&mut self, at: Instant) {
@@ -615,6 +764,7 @@ enum Choice {
     Run(NodeIndex),
     Send(usize, usize),
     Deliver(usize, usize),
+    Dial(usize),
 }
 
 struct NoWake;

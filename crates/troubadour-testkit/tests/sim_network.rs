@@ -8,7 +8,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_remote::{Accepts, RemoteActor, RemoteBuilder, RemoteMessage};
-use troubadour_testkit::{seeds, simulate_network, SimNetwork};
+use troubadour_testkit::{seeds, simulate_network, NetEvent, SimNetwork};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Seq(u32, u64);
@@ -56,7 +56,9 @@ impl RemoteMessage for Burst {
 /// would hide an `assert!` (its supervisor restarts it).
 static OUT_OF_ORDER: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
-/// Checks per-sender order of `Seq`; records `Down`s after what it got.
+/// Checks per-sender order of `Seq` (a gap is a loss, which a lost
+/// connection may cause; going back is a reorder or a duplicate, which
+/// nothing may); records `Down`s after what it got.
 #[derive(Default)]
 struct Store {
     next: std::collections::HashMap<u32, u64>,
@@ -68,11 +70,15 @@ impl Actor for Store {}
 impl Handler<Seq> for Store {
     fn handle(&mut self, Seq(sender, n): Seq, _: &mut Context<Self>) {
         let next = self.next.entry(sender).or_insert(0);
-        if n != *next {
+        if n < *next {
             OUT_OF_ORDER.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
-        assert_eq!(n, *next, "sender {sender}: {n} arrived out of order");
-        *next += 1;
+        assert!(
+            n >= *next,
+            "sender {sender}: {n} arrived after {}",
+            *next - 1
+        );
+        *next = n + 1;
         self.total += 1;
     }
 }
@@ -121,8 +127,12 @@ impl RemoteActor for Store {
     }
 }
 
+/// How long dials to a node may fail before it is declared down.
+const NODE_DOWN_AFTER: Duration = Duration::from_secs(5);
+
 fn configure(b: RemoteBuilder) -> RemoteBuilder {
-    b.register::<Seq>()
+    b.node_down_after(NODE_DOWN_AFTER)
+        .register::<Seq>()
         .register::<Count>()
         .register::<Hold>()
         .register::<Burst>()
@@ -239,7 +249,114 @@ fn a_crashed_node_fails_outstanding_asks_and_fires_monitors_with_noconnection() 
             log.try_recv().unwrap(),
             "down after 0: noconnection (the connection to the actor's node was lost)"
         );
+        // Every later send dials the node again, and fails; once dials
+        // have failed for `node_down_after` the node is down for good.
+        let tries = keep_sending_until_declared_down(net, &from_a);
         assert!(!from_a.is_alive());
+        assert!(
+            tries > NODE_DOWN_AFTER.as_secs(),
+            "declared down after {tries} s"
+        );
+        assert!(matches!(from_a.tell(Seq(9, 0)), Err(SendError::Stopped(_))));
+    });
+}
+
+/// Sends to `to` once a second of virtual time until its node is declared
+/// down; returns how many seconds that took (at most a minute).
+fn keep_sending_until_declared_down(net: &mut SimNetwork, to: &ActorRef<Store>) -> u64 {
+    let mut seconds = 0;
+    while to.is_alive() && seconds < 60 {
+        let _ = to.tell(Seq(9, seconds));
+        net.run_for(Duration::from_secs(1));
+        seconds += 1;
+    }
+    seconds
+}
+
+#[test]
+fn after_a_partition_heals_the_next_send_connects_again() {
+    simulate_network(seeds(30), |net| {
+        let (store, from_a, _) = three(net);
+        for i in 0..10 {
+            from_a.tell(Seq(0, i)).unwrap();
+        }
+        assert_eq!(net.block_on(from_a.ask(Count)), Ok(10));
+        net.partition(0, 1);
+        net.run_for(Duration::from_secs(2)); // past the heartbeat timeout
+                                             // The dial this ask makes fails: the ask ends, it does not hang.
+        let cut = net.block_on(from_a.ask(Count).timeout(Duration::from_secs(30)));
+        assert_eq!(cut, Err(AskError::ConnectionLost));
+        assert!(
+            from_a.is_alive(),
+            "one failed dial does not make a node down"
+        );
+        net.heal(0, 1);
+        for i in 10..20 {
+            from_a.tell(Seq(0, i)).unwrap();
+        }
+        // All ten sent after the heal arrive, in order (the store checks).
+        assert_eq!(net.block_on(from_a.ask(Count)), Ok(20));
+        assert_eq!(net.block_on(store.ask(Count)), Ok(20));
+    });
+}
+
+#[test]
+fn a_node_unreachable_for_node_down_after_is_down_for_good() {
+    simulate_network(seeds(20), |net| {
+        let (_, from_a, _) = three(net);
+        let on_a = net.system(0).spawn(Store::default()).unwrap();
+        net.remote(0).expose("on-a", &on_a).unwrap();
+        let from_b = net.lookup::<Store>(1, 0, "on-a").unwrap();
+        net.block_on(from_a.ask(Count)).unwrap();
+        net.partition(0, 1);
+        let tries = keep_sending_until_declared_down(net, &from_a);
+        assert!(!from_a.is_alive());
+        assert!(
+            tries > NODE_DOWN_AFTER.as_secs(),
+            "declared down after {tries} s"
+        );
+        // Healing does not bring that incarnation back: a's sends are
+        // refused, and a refuses b's dials.
+        net.heal(0, 1);
+        assert!(matches!(
+            from_a.tell(Seq(9, 99)),
+            Err(SendError::Stopped(_))
+        ));
+        let refused = net.block_on(from_b.ask(Count).timeout(Duration::from_secs(30)));
+        assert_eq!(refused, Err(AskError::ConnectionLost));
+        assert!(
+            net.trace().iter().any(|e| matches!(
+                e,
+                NetEvent::DialFailed {
+                    from: 1,
+                    to: Some(0),
+                    ..
+                }
+            )),
+            "b's dial was refused by a"
+        );
+    });
+}
+
+#[test]
+fn a_restarted_node_is_a_new_node_and_old_references_to_it_are_dead() {
+    simulate_network(seeds(20), |net| {
+        let (_, from_a, _) = three(net);
+        net.block_on(from_a.ask(Count)).unwrap();
+        net.crash(1);
+        net.restart(1, configure);
+        // The first send to the old incarnation dials, finds the new one
+        // and declares the old one down.
+        let _ = from_a.tell(Seq(0, 0));
+        net.run_for(Duration::from_secs(1));
+        assert!(!from_a.is_alive());
+        assert!(matches!(from_a.tell(Seq(0, 1)), Err(SendError::Stopped(_))));
+        // The new incarnation is reached by a new lookup.
+        let fresh = net.system(1).spawn(Store::default()).unwrap();
+        net.remote(1).expose("store", &fresh).unwrap();
+        let again = net.lookup::<Store>(0, 1, "store").unwrap();
+        again.tell(Seq(0, 0)).unwrap();
+        assert_eq!(net.block_on(again.ask(Count)), Ok(1));
     });
 }
 
