@@ -1,0 +1,31 @@
+//! troubadour as a cluster: virtual actors that exist once in the whole
+//! cluster, on shards whose ownership a lease store decides.
+//!
+//! This crate grows in layers; what is here today:
+//!
+//! * [`shard`]: entity ids to shards, the same on every node
+//!   ([`ShardCount::shard_of`]);
+//! * [`placement`]: where each shard should live (rendezvous hashing over
+//!   the live members) and the rate-limited moves that get it there;
+//! * [`lease`]: the [`LeaseStore`] trait, the single authority on
+//!   ownership, with its rules (node leases, claims fenced by epoch) and
+//!   the argument for why no shard is ever active on two nodes at once;
+//!   [`MemoryLeaseStore`] implements it in memory;
+//! * [`LocalLease`]: a node's half of that argument, its lease by its own
+//!   monotonic clock.
+//!
+//! Membership (foca), shard regions with virtual actors, handoff,
+//! passivation and the PostgreSQL store build on these.
+
+#![warn(missing_docs)]
+
+pub mod lease;
+mod local_lease;
+mod memory_store;
+pub mod placement;
+pub mod shard;
+
+pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView};
+pub use local_lease::{LeaseConfigError, LocalLease, Renewal};
+pub use memory_store::{MemoryLeaseStore, StoreChange, StoreClock, StoreRecord};
+pub use shard::{ShardCount, ShardId};
