@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod arrivals;
+mod channel;
 pub mod codec;
 pub mod connection;
 #[cfg(feature = "dev-certs")]
@@ -55,6 +56,7 @@ mod peer;
 pub mod sim;
 mod wire;
 
+pub use channel::{ChannelError, ControlChannel};
 pub use connection::{Security, TlsConfig};
 pub use messages::{Accepts, RemoteActor, RemoteMessage};
 /// The core's [`Message`](trait@Message) trait, and with the feature

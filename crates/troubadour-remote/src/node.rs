@@ -69,6 +69,8 @@ pub struct RemoteStats {
     pub connections_lost: AtomicU64,
     /// Incoming connections refused in TLS or the handshake.
     pub handshakes_refused: AtomicU64,
+    /// Control-channel messages for a channel this node has not opened.
+    pub unknown_channel: AtomicU64,
 }
 
 impl RemoteStats {
@@ -97,6 +99,8 @@ pub(crate) struct Shared {
     exports: RwLock<Exports>,
     peers: Mutex<Peers>,
     shut: std::sync::atomic::AtomicBool,
+    /// Control channels opened by extension crates (`channel.rs`).
+    pub channels: crate::channel::Channels,
     /// In a simulation: connections waiting to be dialled, with the
     /// backoff before the attempt; the simulation takes them (`sim.rs`).
     pub sim_dials: Mutex<Vec<(Arc<Peer>, Duration)>>,
@@ -586,6 +590,7 @@ impl RemoteBuilder {
             peers: Mutex::new(Peers::default()),
             shut: std::sync::atomic::AtomicBool::new(false),
             sim_dials: Mutex::new(Vec::new()),
+            channels: Default::default(),
         });
         let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
         Ok(Remote {
@@ -674,7 +679,6 @@ impl Remote {
         }
     }
 
-    #[cfg(feature = "simulation")]
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -761,6 +765,13 @@ impl Remote {
             ))
         })?;
         Ok(proxy::<A>(&self.shared.system, id, peer.route()))
+    }
+
+    /// Connects to the node listening at `addr` (or finds the connection
+    /// up already) and says which node it is: name, address and
+    /// incarnation. For bootstrapping from addresses (a cluster's seeds).
+    pub async fn connect(&self, addr: SocketAddr) -> Result<NodeId, ConnectError> {
+        Ok(self.peer(addr).await?.node.clone())
     }
 
     /// Whether the connection to the node at `addr` is encrypted (mutual

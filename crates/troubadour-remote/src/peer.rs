@@ -322,6 +322,14 @@ impl Peer {
         }
     }
 
+    /// Queues bytes for a control channel (`channel.rs`).
+    pub(crate) fn queue_extension(&self, channel: u64, payload: &[u8]) {
+        self.queue_control(&Control::Extension {
+            channel,
+            payload: payload.to_vec(),
+        });
+    }
+
     /// Queues an ordered system frame (a `Down` or a link's exit); never
     /// refused for room, like a local system message.
     fn queue_system<T: serde::Serialize>(&self, code: u64, receiver: u64, value: &T) {
@@ -748,6 +756,15 @@ impl Peer {
         let node = &self.node;
         match control {
             Control::Heartbeat => {}
+            Control::Extension { channel, payload } => match self.shared.channels.get(channel) {
+                Some(handler) => handler(node, &payload),
+                None => {
+                    self.shared
+                        .stats
+                        .unknown_channel
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+            },
             Control::Hello { listen } => {
                 if let Some(addr) = listen.and_then(|a| a.parse().ok()) {
                     self.link.set_dial(addr);

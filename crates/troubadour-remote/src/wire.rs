@@ -66,6 +66,9 @@ pub(crate) enum Control {
     /// First on every connection: where the sender listens, so that the
     /// other side can reconnect to it.
     Hello { listen: Option<String> },
+    /// Bytes for the control channel whose name has id `channel`
+    /// (`channel.rs`).
+    Extension { channel: u64, payload: Vec<u8> },
 }
 
 /// A `Down` on the wire: `target` (an actor of the sending node) ended.

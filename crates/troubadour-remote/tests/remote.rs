@@ -17,7 +17,8 @@ use std::sync::mpsc;
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_remote::{
-    Accepts, LookupError, Remote, RemoteActor, RemoteMessage, RemoteStats, Security,
+    Accepts, ChannelError, ControlChannel, LookupError, Remote, RemoteActor, RemoteError,
+    RemoteMessage, RemoteStats, Security,
 };
 
 const GUARD: Duration = Duration::from_secs(30);
@@ -1415,4 +1416,101 @@ fn a_silent_peer_is_lost_at_the_heartbeat_timeout() {
         .unwrap();
     eventually(|| RemoteStats::get(&alpha.remote.stats().connections_lost) == 1);
     drop(conn);
+}
+
+// ---- control channels ----------------------------------------------------
+
+/// Opens control channel `name` on `remote`, logging what it receives:
+/// the sender's name and the bytes.
+fn open_logged(
+    remote: &Remote,
+    name: &'static str,
+) -> (ControlChannel, mpsc::Receiver<(String, Vec<u8>)>) {
+    let (tx, rx) = mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let channel = remote
+        .control_channel(name, move |from, bytes| {
+            let _ = tx
+                .lock()
+                .unwrap()
+                .send((from.name().to_string(), bytes.to_vec()));
+        })
+        .unwrap();
+    (channel, rx)
+}
+
+/// An extension's bytes reach the channel of the same name on the other
+/// node, in the order sent, with the sending node named; a node known only
+/// by its address is found with `connect`.
+#[test]
+fn a_control_channel_carries_bytes_to_the_same_channel_on_the_other_node() {
+    let (alpha, beta) = pair();
+    let (from_alpha, _) = open_logged(&alpha.remote, "test.gossip");
+    let (from_beta, at_beta) = open_logged(&beta.remote, "test.gossip");
+    let beta_node = alpha
+        .system
+        .block_on(alpha.remote.connect(beta.addr()))
+        .unwrap();
+    assert_eq!(beta_node.name(), "beta");
+    assert_eq!(beta_node.incarnation(), beta.system.node().incarnation());
+    for i in 0..20u8 {
+        from_alpha.send(&beta_node, &[i, i]).unwrap();
+    }
+    for i in 0..20u8 {
+        assert_eq!(
+            at_beta.recv_timeout(GUARD).unwrap(),
+            ("alpha".to_string(), vec![i, i])
+        );
+    }
+    drop(from_beta);
+}
+
+/// A frame for a channel the receiver never opened is counted and
+/// dropped; the connection stays up. A name opened twice is refused.
+#[test]
+fn a_channel_the_receiver_never_opened_is_counted_and_the_connection_stays_up() {
+    let (alpha, beta) = pair();
+    let (only_alpha, _) = open_logged(&alpha.remote, "test.only-alpha");
+    let (from_alpha, _) = open_logged(&alpha.remote, "test.both");
+    let (_, at_beta) = open_logged(&beta.remote, "test.both");
+    let beta_node = alpha
+        .system
+        .block_on(alpha.remote.connect(beta.addr()))
+        .unwrap();
+    only_alpha.send(&beta_node, b"lost").unwrap();
+    from_alpha.send(&beta_node, b"kept").unwrap();
+    assert_eq!(at_beta.recv_timeout(GUARD).unwrap().1, b"kept".to_vec());
+    assert_eq!(RemoteStats::get(&beta.remote.stats().unknown_channel), 1);
+    assert_eq!(RemoteStats::get(&beta.remote.stats().connections_lost), 0);
+    let again = alpha.remote.control_channel("test.both", |_, _| {});
+    assert!(matches!(again, Err(RemoteError::NameTaken(n)) if n == "test.both"));
+}
+
+/// Sending to a node declared down is refused with the reason.
+#[test]
+fn a_channel_refuses_a_node_declared_down() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let (from_alpha, _) = open_logged(&alpha.remote, "test.gossip");
+    let beta_node = alpha
+        .system
+        .block_on(alpha.remote.connect(beta.addr()))
+        .unwrap();
+    let addr = beta.addr();
+    beta.remote.shutdown();
+    drop(beta);
+    // A new process at the address: the old incarnation is declared down
+    // when alpha next dials it.
+    let system = ActorSystem::builder().name("beta").build();
+    let _new_beta = restart_remote(&system, &ca, "beta", addr);
+    eventually(|| {
+        let _ = from_alpha.send(&beta_node, b"anyone?");
+        matches!(
+            from_alpha.send(&beta_node, b"anyone?"),
+            Err(ChannelError::NodeDown(_))
+        )
+    });
+    let refused = from_alpha.send(&beta_node, b"x").unwrap_err();
+    assert!(refused.to_string().contains("new incarnation"), "{refused}");
 }
