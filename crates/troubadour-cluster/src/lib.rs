@@ -12,20 +12,24 @@
 //!   the argument for why no shard is ever active on two nodes at once;
 //!   [`MemoryLeaseStore`] implements it in memory;
 //! * [`LocalLease`]: a node's half of that argument, its lease by its own
-//!   monotonic clock.
+//!   monotonic clock;
+//! * [`membership`]: who is up, from foca (SWIM) over the remote layer's
+//!   control lane, driven by an actor on the system's clock.
 //!
-//! Membership (foca), shard regions with virtual actors, handoff,
-//! passivation and the PostgreSQL store build on these.
+//! Shard regions with virtual actors, handoff, passivation and the
+//! PostgreSQL store build on these.
 
 #![warn(missing_docs)]
 
 pub mod lease;
 mod local_lease;
+pub mod membership;
 mod memory_store;
 pub mod placement;
 pub mod shard;
 
 pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView};
 pub use local_lease::{LeaseConfigError, LocalLease, Renewal};
+pub use membership::{MemberEvent, Membership, MembershipConfig, MembershipError};
 pub use memory_store::{MemoryLeaseStore, StoreChange, StoreClock, StoreRecord};
 pub use shard::{ShardCount, ShardId};
