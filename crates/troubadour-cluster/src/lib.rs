@@ -21,13 +21,19 @@
 
 #![warn(missing_docs)]
 
+mod cluster;
+mod entity;
 pub mod lease;
 mod local_lease;
 pub mod membership;
 mod memory_store;
 pub mod placement;
+mod region;
 pub mod shard;
+mod tasks;
 
+pub use cluster::{with_cluster, Cluster, ClusterBuilder, ClusterError, EntityAsk, EntityRef};
+pub use entity::{Entity, EntityMessages};
 pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView};
 pub use local_lease::{LeaseConfigError, LocalLease, Renewal};
 pub use membership::{MemberEvent, Membership, MembershipConfig, MembershipError};

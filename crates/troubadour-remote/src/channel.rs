@@ -37,11 +37,18 @@ impl Channels {
 }
 
 impl Remote {
-    /// Opens the control channel `name` (see the [module docs](self)):
-    /// `on_receive` is called with every message other nodes send on it,
-    /// on the connection's reader thread, so it must not block. Names are
-    /// global: prefix them with your crate's name (`troubadour-cluster`
-    /// uses `troubadour.cluster.`).
+    /// Opens the control channel `name`: the control lane, opened to
+    /// extension crates (a cluster's membership gossip, a shard's handoff:
+    /// traffic that must not wait behind user messages and is not
+    /// addressed to an actor). `on_receive` is called with every message
+    /// other nodes send on the channel of the same name, on the
+    /// connection's reader thread, so it must not block: hand the bytes on
+    /// (to an actor) and return. Channels carry bytes; check what you
+    /// decode, as anything from the network. A frame for a channel this
+    /// node has not opened is counted (`RemoteStats::unknown_channel`) and
+    /// dropped, and the connection stays up. Names are global: prefix
+    /// them with your crate's name (`troubadour-cluster` uses
+    /// `troubadour.cluster.`).
     ///
     /// Refused with [`RemoteError::NameTaken`] if this node opened `name`
     /// already.

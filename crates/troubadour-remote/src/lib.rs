@@ -132,4 +132,4 @@ pub mod __private {
     pub use serde::Serialize;
     pub use troubadour::{Actor, Awaiting, Handles, Immediate};
 }
-pub use node::{LookupError, Remote, RemoteBuilder, RemoteError, RemoteStats};
+pub use node::{LookupError, NodeLookup, Remote, RemoteBuilder, RemoteError, RemoteStats};

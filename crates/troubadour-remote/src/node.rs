@@ -767,6 +767,15 @@ impl Remote {
         Ok(proxy::<A>(&self.shared.system, id, peer.route()))
     }
 
+    /// A handle that looks actors up on nodes already known by their
+    /// [`NodeId`] (from a reference, membership, a handshake), for code
+    /// that holds no `Remote`.
+    pub fn node_lookup(&self) -> NodeLookup {
+        NodeLookup {
+            shared: Arc::downgrade(&self.shared),
+        }
+    }
+
     /// Connects to the node listening at `addr` (or finds the connection
     /// up already) and says which node it is: name, address and
     /// incarnation. For bootstrapping from addresses (a cluster's seeds).
@@ -803,6 +812,69 @@ impl Remote {
         let server_name = addr.ip().to_string();
         let conn = self.shared.endpoint.connect(addr, &server_name).await?;
         attach(&self.shared, conn, Some(addr)).ok_or(ConnectError::Closed)
+    }
+}
+
+/// Looks actors up on nodes known by their [`NodeId`]. See
+/// [`Remote::node_lookup`].
+#[derive(Clone)]
+pub struct NodeLookup {
+    shared: std::sync::Weak<Shared>,
+}
+
+impl NodeLookup {
+    /// The actor `node` exposes under `name`, as an ordinary `ActorRef<A>`.
+    /// Dials the node (at its address) if no connection is up. Ends with
+    /// `NoAnswer` if the connection is lost first, or (on real sockets)
+    /// after the lookup timeout.
+    pub async fn lookup<A: RemoteActor>(
+        &self,
+        node: &NodeId,
+        name: &str,
+    ) -> Result<ActorRef<A>, LookupError> {
+        let shared = self
+            .shared
+            .upgrade()
+            .ok_or_else(|| LookupError::NoAnswer("this node's remote layer is gone".into()))?;
+        if shared
+            .endpoint
+            .declared_down()
+            .contains(node.name(), node.incarnation())
+        {
+            return Err(LookupError::NoAnswer(format!(
+                "node {node} was declared down"
+            )));
+        }
+        let link = shared.link_for(node);
+        if let Some(addr) = node.address() {
+            link.set_dial(addr);
+        }
+        let peer = link.current().ok_or_else(|| {
+            LookupError::NoAnswer(format!("node {node} is down or its address is unknown"))
+        })?;
+        // On a simulated network, time is virtual: the lookup ends when
+        // the answer comes or the connection is lost.
+        let timeout = if shared.simulated {
+            Duration::MAX
+        } else {
+            shared.config.lookup_timeout
+        };
+        let serial = peer
+            .lookup(name, A::NAME, timeout)
+            .await
+            .map_err(|reason| {
+                if peer.is_lost() || reason.starts_with("no answer") {
+                    LookupError::NoAnswer(reason)
+                } else {
+                    LookupError::NotFound(reason)
+                }
+            })?;
+        let id = troubadour::ActorId::on(&peer.node, serial).ok_or_else(|| {
+            LookupError::NotFound(format!(
+                "the node answered with an invalid actor number {serial}"
+            ))
+        })?;
+        Ok(proxy::<A>(&shared.system, id, peer.route()))
     }
 }
 

@@ -926,6 +926,12 @@ impl Peer {
             name: name.to_string(),
             actor_type: actor_type.to_string(),
         });
+        if timeout == Duration::MAX {
+            return match rx.await {
+                Ok(answer) => answer,
+                Err(_) => Err("the connection was lost".into()),
+            };
+        }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(answer)) => answer,
             Ok(Err(_)) => Err("the connection was lost".into()),

@@ -173,8 +173,12 @@ pub struct SimNetwork {
     /// Directions cut by a partition, and since when.
     cuts: BTreeMap<(NodeIndex, NodeIndex), Instant>,
     dials: Vec<PendingDial>,
+    /// Systems started so far (restarts included).
+    starts: u64,
     /// The common virtual clock: every node's system is kept at it.
     now: Instant,
+    /// The same, for code outside the network (a simulated lease store).
+    shared_now: Arc<std::sync::Mutex<Instant>>,
     start: Instant,
     max_delay: Duration,
     heartbeat_timeout: Duration,
@@ -194,7 +198,9 @@ impl SimNetwork {
             conns: Vec::new(),
             cuts: BTreeMap::new(),
             dials: Vec::new(),
+            starts: 0,
             now,
+            shared_now: Arc::new(std::sync::Mutex::new(now)),
             start: now,
             max_delay: Duration::from_millis(5),
             heartbeat_timeout: Duration::from_secs(1),
@@ -206,6 +212,18 @@ impl SimNetwork {
     /// The seed.
     pub fn seed(&self) -> u64 {
         self.seed
+    }
+
+    /// The network's virtual clock, for what runs beside the nodes (a
+    /// simulated lease store times its leases by it).
+    pub fn clock(&self) -> Arc<dyn Fn() -> Instant + Send + Sync> {
+        let now = self.shared_now.clone();
+        Arc::new(move || *now.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// The virtual time now.
+    pub fn now(&self) -> Instant {
+        self.now
     }
 
     /// Sets the largest delay of one chunk of bytes (0: none).
@@ -263,14 +281,21 @@ impl SimNetwork {
         name: &str,
         configure: impl FnOnce(RemoteBuilder) -> RemoteBuilder,
     ) -> SimNode {
+        // Incarnations from the seed, so what carries them replays too,
+        // and from the test's thread name: tests running at once in one
+        // process with the same seeds and node names must not make the
+        // same node twice (the process has one table of nodes).
+        self.starts += 1;
+        let incarnation = crate::rng::Rng(
+            self.seed ^ self.starts.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ thread_discriminator(),
+        )
+        .next();
         let system = ActorSystem::builder()
             .name(name)
             .manual_scheduling()
-            .virtual_time()
+            .virtual_time_from(self.now)
+            .incarnation(incarnation)
             .build();
-        // Keep the new system's clock at the network's.
-        let behind = self.now.saturating_duration_since(system.now());
-        let _ = system.advance_time(behind);
         let remote = configure(Remote::builder(CLUSTER, Security::PlaintextLoopbackOnly))
             .start_simulated(&system)
             .expect("the simulated node's remote layer starts");
@@ -673,6 +698,7 @@ impl SimNetwork {
         }
         let by = at - self.now;
         self.now = at;
+        *self.shared_now.lock().unwrap_or_else(|p| p.into_inner()) = at;
         for n in &self.nodes {
             let _ = n.system.advance_time(by);
         }
@@ -757,6 +783,16 @@ pub fn simulate_network(
         );
         std::panic::resume_unwind(payload);
     }
+}
+
+/// The calling thread's name, hashed (FNV-1a): the test harness names each
+/// test's thread after the test, the same on every run.
+fn thread_discriminator() -> u64 {
+    let thread = std::thread::current();
+    let name = thread.name().unwrap_or("unnamed");
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 #[derive(Clone, Copy)]

@@ -81,7 +81,9 @@ impl NodeId {
 
     /// A fresh identity for a system starting now, and its index in the
     /// process-wide table.
-    pub(crate) fn start(name: &str) -> Result<(NodeId, u32), BuildError> {
+    /// `incarnation`: chosen by a simulation that must replay; `None`
+    /// everywhere else (a fresh random one).
+    pub(crate) fn start(name: &str, incarnation: Option<u64>) -> Result<(NodeId, u32), BuildError> {
         let mut nodes = NODES.write().unwrap_or_else(|p| p.into_inner());
         if nodes.len() >= MAX_NODES {
             return Err(BuildError::TooManySystems { limit: MAX_NODES });
@@ -90,7 +92,7 @@ impl NodeId {
         let node = NodeId(Arc::new(NodeInner {
             name: name.into(),
             address: None,
-            incarnation: fresh_incarnation(),
+            incarnation: incarnation.unwrap_or_else(fresh_incarnation),
             index,
         }));
         nodes.push(node.clone());

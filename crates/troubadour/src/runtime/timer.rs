@@ -286,14 +286,15 @@ pub(crate) struct Timers {
 }
 
 impl Timers {
-    /// Timers on a virtual clock that starts at the real current instant
-    /// and moves only by [`advance`](Self::advance).
-    pub(crate) fn virtual_clock() -> Self {
+    /// Timers on a virtual clock that starts at `start` (the real current
+    /// instant unless a simulation picks one) and moves only by
+    /// [`advance`](Self::advance).
+    pub(crate) fn virtual_clock(start: Option<Instant>) -> Self {
         let timers = Timers {
             is_virtual: true,
             ..Timers::default()
         };
-        timers.lock().virtual_now = Some(Instant::now());
+        timers.lock().virtual_now = Some(start.unwrap_or_else(Instant::now));
         timers
     }
 
@@ -493,7 +494,7 @@ mod tests {
     /// `interval_repeats_until_cancelled` and the integration tests.
     #[test]
     fn fires_in_deadline_order_and_cancels() {
-        let timers = Timers::virtual_clock();
+        let timers = Timers::virtual_clock(None);
         let (tx, rx) = mpsc::channel();
         let make = |v: u32| {
             let tx = tx.clone();

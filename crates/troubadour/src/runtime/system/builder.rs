@@ -23,6 +23,8 @@ pub struct ActorSystemBuilder {
     tokio: Option<tokio::runtime::Handle>,
     virtual_time: bool,
     manual_scheduling: bool,
+    incarnation: Option<u64>,
+    clock_start: Option<std::time::Instant>,
     divert: Option<Arc<dyn Divert>>,
     outbox: Option<Arc<Outbox>>,
     crash_reports: CrashReports,
@@ -40,6 +42,8 @@ impl Default for ActorSystemBuilder {
             tokio: None,
             virtual_time: false,
             manual_scheduling: false,
+            incarnation: None,
+            clock_start: None,
             divert: None,
             outbox: None,
             crash_reports: CrashReports::default(),
@@ -104,6 +108,29 @@ impl ActorSystemBuilder {
     /// ```
     pub fn virtual_time(mut self) -> Self {
         self.virtual_time = true;
+        self
+    }
+
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+    /// Gives the system this incarnation instead of a fresh random one:
+    /// for a simulation that must replay from its seed (identities travel
+    /// in what nodes send each other). Never for a real system: an
+    /// incarnation must be new on every start.
+    pub fn incarnation(mut self, incarnation: u64) -> Self {
+        self.incarnation = Some(incarnation);
+        self
+    }
+
+    #[cfg(feature = "simulation")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
+    /// Starts the [virtual clock](Self::virtual_time) at `start` instead of
+    /// the real current instant: several systems of one simulation then
+    /// share one clock from the start, whenever each was built, so a seed
+    /// replays their timers to the nanosecond.
+    pub fn virtual_time_from(mut self, start: std::time::Instant) -> Self {
+        self.virtual_time = true;
+        self.clock_start = Some(start);
         self
     }
 
@@ -230,7 +257,7 @@ impl ActorSystemBuilder {
             ),
         };
         crash_report::install();
-        let (node, index) = NodeId::start(&self.name)?;
+        let (node, index) = NodeId::start(&self.name, self.incarnation)?;
         let core = Arc::new(SystemCore {
             scheduler: if self.manual_scheduling {
                 Scheduler::manual(self.budget, tokio.handle().clone(), self.crash_reports)
@@ -245,7 +272,7 @@ impl ActorSystemBuilder {
             dead_letters: DeadLetters::default(),
             registry: Registry::default(),
             timers: if self.virtual_time {
-                Timers::virtual_clock()
+                Timers::virtual_clock(self.clock_start)
             } else {
                 Timers::default()
             },

@@ -1,0 +1,400 @@
+//! The cluster as a user holds it: [`Cluster::builder`] to start a node's
+//! part (membership, the region, the kinds it can host), and
+//! [`Cluster::entity`] for a reference to a virtual actor, usable at once
+//! from any node.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context as TaskContext, Poll};
+use std::time::Duration;
+use troubadour::prelude::*;
+use troubadour::{Ask, AskError, Handles, SystemHandle};
+use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
+
+use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed};
+use crate::lease::{LeaseError, LeaseStore};
+use crate::local_lease::{LeaseConfigError, LocalLease};
+use crate::membership::{Membership, MembershipConfig, MembershipError};
+use crate::region::{Kind, Region, RegionSetup, REGION};
+use crate::shard::ShardCount;
+
+/// Registers what the cluster sends between nodes with the remote layer:
+/// call it on the [`RemoteBuilder`] of every node of a cluster.
+///
+/// ```no_run
+/// # use troubadour_remote::{Remote, Security};
+/// # fn tls() -> troubadour_remote::TlsConfig { unimplemented!() }
+/// let builder = troubadour_cluster::with_cluster(Remote::builder("prod", Security::Tls(tls())));
+/// ```
+pub fn with_cluster(builder: RemoteBuilder) -> RemoteBuilder {
+    builder.register::<Routed>().actor::<Region>()
+}
+
+/// Starts a node's part of a cluster. See [`Cluster::builder`].
+pub struct ClusterBuilder {
+    store: Arc<dyn LeaseStore>,
+    shards: ShardCount,
+    lease_ttl: Duration,
+    lease_margin: Duration,
+    rebalance_limit: usize,
+    buffer_limit: usize,
+    membership: MembershipConfig,
+    kinds: HashMap<&'static str, Kind>,
+    errors: Vec<String>,
+}
+
+impl ClusterBuilder {
+    /// The cluster's shard count (default 1024; the same on every node).
+    pub fn shards(mut self, shards: ShardCount) -> Self {
+        self.shards = shards;
+        self
+    }
+
+    /// The node lease's time to live and the margin the node gives up at
+    /// its end (default 10 s and 1 s): a failed node's shards move within
+    /// about the time to live.
+    pub fn lease(mut self, ttl: Duration, margin: Duration) -> Self {
+        self.lease_ttl = ttl;
+        self.lease_margin = margin;
+        self
+    }
+
+    /// At most this many shards move away from a live node per tick when
+    /// membership changes (default 16); shards of a lost node move at once.
+    pub fn rebalance_limit(mut self, k: usize) -> Self {
+        self.rebalance_limit = k.max(1);
+        self
+    }
+
+    /// How many messages may wait, on this node, for shards with no owner
+    /// yet (default 100,000); past it, sends are refused and asks end with
+    /// an error.
+    pub fn buffer_limit(mut self, n: usize) -> Self {
+        self.buffer_limit = n;
+        self
+    }
+
+    /// Failure detection's timing (default: LAN settings).
+    pub fn membership(mut self, config: MembershipConfig) -> Self {
+        self.membership = config;
+        self
+    }
+
+    /// Lets this node host entities of kind `A`, made by `factory` from
+    /// their id on their first message. Register every kind on every node
+    /// (a shard of any kind can land anywhere).
+    pub fn entity<A: Entity>(
+        mut self,
+        factory: impl Fn(&str) -> A + Send + Sync + 'static,
+    ) -> Self {
+        let messages = EntityMessages::<A>::collect();
+        self.errors.extend(messages.errors);
+        let make = Arc::new(move |ctx: &mut Context<Region>, id: &str| {
+            ctx.spawn(factory(id))
+                .map(|r| Box::new(r) as AnyEntity)
+                .map_err(|e| e.to_string())
+        });
+        if self
+            .kinds
+            .insert(
+                A::KIND,
+                Kind {
+                    make,
+                    deliver: messages.deliver,
+                },
+            )
+            .is_some()
+        {
+            self.errors
+                .push(format!("the entity kind {:?} is registered twice", A::KIND));
+        }
+        self
+    }
+
+    /// Starts membership and the region on `system`, exposed on `remote`
+    /// (built with [`with_cluster`]), and joins the lease store. The node
+    /// is alone until [`Membership::join`] (through
+    /// [`Cluster::membership`]). The future borrows nothing: what needs
+    /// `system` and `remote` is done before it is returned.
+    pub fn start(
+        self,
+        system: &SystemHandle,
+        remote: &Remote,
+    ) -> impl Future<Output = Result<Cluster, ClusterError>> + Send + 'static {
+        let started = self.start_now(system, remote);
+        async move {
+            let (cluster, store, shards) = started?;
+            if let Err(e) = store.join(shards).await {
+                cluster.inner.region.stop();
+                cluster.inner.membership.leave();
+                return Err(ClusterError::Store(e));
+            }
+            Ok(cluster)
+        }
+    }
+
+    #[allow(clippy::type_complexity)]
+    fn start_now(
+        self,
+        system: &SystemHandle,
+        remote: &Remote,
+    ) -> Result<(Cluster, Arc<dyn LeaseStore>, ShardCount), ClusterError> {
+        if let Some(e) = self.errors.into_iter().next() {
+            return Err(ClusterError::Entity(e));
+        }
+        let lease =
+            LocalLease::new(self.lease_ttl, self.lease_margin).map_err(ClusterError::Lease)?;
+        let membership =
+            Membership::start(system, remote, self.membership).map_err(ClusterError::Membership)?;
+        let me = system.node();
+        let region = system
+            .spawn(Region::new(RegionSetup {
+                me,
+                shards: self.shards,
+                lease,
+                rebalance_limit: self.rebalance_limit,
+                buffer_limit: self.buffer_limit,
+                store: self.store.clone(),
+                kinds: self.kinds,
+                lookup: remote.node_lookup(),
+            }))
+            .map_err(|e| ClusterError::Spawn(e.to_string()))?;
+        remote
+            .expose(REGION, &region)
+            .map_err(ClusterError::Remote)?;
+        membership.subscribe(region.recipient());
+        let cluster = Cluster {
+            inner: Arc::new(Inner {
+                region,
+                membership,
+                shards: self.shards,
+            }),
+        };
+        Ok((cluster, self.store, self.shards))
+    }
+}
+
+/// Why a node could not start its part of the cluster.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The lease store refused the node (another shard count) or could not
+    /// be reached.
+    Store(LeaseError),
+    /// The lease settings are impossible.
+    Lease(LeaseConfigError),
+    /// Membership could not start.
+    Membership(MembershipError),
+    /// An entity kind is registered wrongly (twice, or two message types
+    /// share a name).
+    Entity(String),
+    /// The region could not be exposed: build the node's `Remote` with
+    /// [`with_cluster`].
+    Remote(RemoteError),
+    /// The region could not be spawned (the system is shutting down).
+    Spawn(String),
+}
+
+impl fmt::Display for ClusterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClusterError::Store(e) => write!(f, "the cluster's lease store refused this node: {e}"),
+            ClusterError::Lease(e) => write!(f, "{e}"),
+            ClusterError::Membership(e) => write!(f, "{e}"),
+            ClusterError::Entity(e) => write!(f, "{e}"),
+            ClusterError::Remote(e) => write!(
+                f,
+                "the cluster's region could not be exposed ({e}): build the node's Remote with troubadour_cluster::with_cluster"
+            ),
+            ClusterError::Spawn(e) => write!(f, "the cluster's region could not start: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ClusterError {}
+
+struct Inner {
+    region: ActorRef<Region>,
+    membership: Membership,
+    shards: ShardCount,
+}
+
+/// A node's part of a cluster. See the [crate docs](crate).
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Inner>,
+}
+
+impl Cluster {
+    /// Starts building a node's part of the cluster whose ownership
+    /// `store` decides.
+    pub fn builder(store: Arc<dyn LeaseStore>) -> ClusterBuilder {
+        ClusterBuilder {
+            store,
+            shards: ShardCount::DEFAULT,
+            lease_ttl: Duration::from_secs(10),
+            lease_margin: Duration::from_secs(1),
+            rebalance_limit: 16,
+            buffer_limit: 100_000,
+            membership: MembershipConfig::default(),
+            kinds: HashMap::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// The entity of kind `A` named `id`, wherever in the cluster it lives
+    /// or will: usable at once, before, during and after its activation.
+    pub fn entity<A: Entity>(&self, id: impl Into<String>) -> EntityRef<A> {
+        EntityRef {
+            cluster: self.clone(),
+            id: id.into().into(),
+            _kind: PhantomData,
+        }
+    }
+
+    /// This node's membership.
+    pub fn membership(&self) -> &Membership {
+        &self.inner.membership
+    }
+
+    /// The cluster's shard count.
+    pub fn shards(&self) -> ShardCount {
+        self.inner.shards
+    }
+}
+
+impl fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", self.inner.membership.myself())
+            .field("shards", &self.inner.shards)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A reference to a virtual actor. See [`Cluster::entity`].
+pub struct EntityRef<A> {
+    cluster: Cluster,
+    id: Arc<str>,
+    _kind: PhantomData<fn() -> A>,
+}
+
+impl<A> Clone for EntityRef<A> {
+    fn clone(&self) -> Self {
+        EntityRef {
+            cluster: self.cluster.clone(),
+            id: self.id.clone(),
+            _kind: PhantomData,
+        }
+    }
+}
+
+impl<A: Entity> EntityRef<A> {
+    /// The entity's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn routed<M: RemoteMessage>(&self, msg: M) -> Result<Routed, M> {
+        match codec_of::<M>() {
+            Some(codec) => Ok(Routed {
+                kind: A::KIND.to_string(),
+                id: self.id.to_string(),
+                codec,
+                body: Box::new(msg),
+            }),
+            None => Err(msg),
+        }
+    }
+
+    /// Sends `msg` to the entity, wherever it lives; at most once, in
+    /// order per sender. `Unregistered` if the kind does not list `M` in
+    /// [`Entity::messages`].
+    pub fn tell<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: RemoteMessage,
+        A: Handles<M, K>,
+    {
+        let routed = self.routed(msg).map_err(SendError::Unregistered)?;
+        self.cluster.inner.region.tell(routed).map_err(|e| {
+            let body = e.into_message().body;
+            SendError::Stopped(*body.downcast::<M>().expect("the body sent"))
+        })
+    }
+
+    /// Asks the entity; the reply comes from wherever it lives. Ends with
+    /// the reply or an error, never hangs past its
+    /// [`timeout`](EntityAsk::timeout).
+    pub fn ask<M, K>(&self, msg: M) -> EntityAsk<M::Reply>
+    where
+        M: RemoteMessage,
+        A: Handles<M, K>,
+    {
+        match self.routed(msg) {
+            Ok(routed) => EntityAsk {
+                inner: Some(self.cluster.inner.region.ask(routed)),
+                _reply: PhantomData,
+            },
+            Err(_) => EntityAsk {
+                inner: None,
+                _reply: PhantomData,
+            },
+        }
+    }
+}
+
+impl<A> fmt::Debug for EntityRef<A> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "EntityRef({})", self.id)
+    }
+}
+
+/// An ask to an entity: a future of its reply. See [`EntityRef::ask`].
+pub struct EntityAsk<R> {
+    /// `None`: the message is not registered, so it was never sent.
+    inner: Option<Ask<Answer>>,
+    _reply: PhantomData<fn() -> R>,
+}
+
+impl<R: Send + 'static> EntityAsk<R> {
+    /// Ends the ask with `Timeout` if no reply comes within `timeout`.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.inner = self.inner.map(|a| a.timeout(timeout));
+        self
+    }
+
+    /// Blocks the calling thread until the reply (not in an actor's
+    /// handler: await it there).
+    pub fn wait(self) -> Result<R, AskError> {
+        match self.inner {
+            Some(ask) => unpack(ask.wait()),
+            None => Err(AskError::Unregistered),
+        }
+    }
+}
+
+fn unpack<R: 'static>(answer: Result<Answer, AskError>) -> Result<R, AskError> {
+    match answer?.0 {
+        Ok(reply) => reply
+            .body
+            .downcast::<R>()
+            .map(|r| *r)
+            .map_err(|_| AskError::Unencodable("the entity answered another type".into())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+impl<R: Send + 'static> Future for EntityAsk<R> {
+    type Output = Result<R, AskError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        match self.inner.as_mut() {
+            None => Poll::Ready(Err(AskError::Unregistered)),
+            Some(ask) => Pin::new(ask).poll(cx).map(unpack),
+        }
+    }
+}

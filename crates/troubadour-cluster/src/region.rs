@@ -1,0 +1,672 @@
+//! The region: one actor per node that hosts the shards this node owns and
+//! routes every entity message to the region of its shard's owner.
+//!
+//! Each tick (a third of the lease's time to live, and again when a lease
+//! it waits on runs out) the region renews its node's lease and reads the
+//! store, then:
+//!
+//! * drops every shard the store no longer gives it, and all of them if its
+//!   own lease ran out by its local clock ([`LocalLease`]);
+//! * claims, at the epoch it read, the shards placement puts here whose
+//!   owner is gone (no valid lease, not a member, or released);
+//! * releases, at most `rebalance_limit` per tick, shards it owns that
+//!   placement puts on another live member, after stopping their entities.
+//!
+//! A message for a shard hosted here goes to its entity, made from the
+//! kind's factory on its first message; for a shard owned by another live
+//! member, to that node's region (looked up once per node, on the control
+//! lane); for a shard with no live owner yet, into a bounded queue per
+//! shard that drains, in order, as soon as an owner is known. Asks keep
+//! their reply: the entity's answer comes back through the regions.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troubadour::prelude::*;
+use troubadour::{DeferredReply, NodeId};
+use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
+
+use crate::entity::{Answer, AnyEntity, Deliverers, Reply, Routed, Undelivered, WireAskError};
+use crate::lease::{Assignment, LeaseError, LeaseStore, NodeKey, StoreView};
+use crate::local_lease::{LocalLease, Renewal};
+use crate::membership::MemberEvent;
+use crate::placement;
+use crate::shard::{ShardCount, ShardId};
+use crate::tasks::{Poll, Task, Tasks};
+
+/// The name every node's region is exposed under.
+pub(crate) const REGION: &str = "troubadour.cluster.region";
+
+/// Makes an entity of one kind, as a child of the region.
+pub(crate) type MakeEntity =
+    Arc<dyn Fn(&mut Context<Region>, &str) -> Result<AnyEntity, String> + Send + Sync>;
+
+/// One kind the node can host.
+pub(crate) struct Kind {
+    pub make: MakeEntity,
+    pub deliver: HashMap<&'static str, Deliverers>,
+}
+
+/// What the region needs, fixed at start.
+pub(crate) struct RegionSetup {
+    pub me: NodeId,
+    pub shards: ShardCount,
+    pub lease: LocalLease,
+    pub rebalance_limit: usize,
+    pub buffer_limit: usize,
+    pub store: Arc<dyn LeaseStore>,
+    pub kinds: HashMap<&'static str, Kind>,
+    pub lookup: NodeLookup,
+}
+
+/// A message waiting to be routed, with the reply of its ask.
+struct Pending {
+    routed: Routed,
+    reply: Option<DeferredReply<Answer>>,
+}
+
+impl Pending {
+    fn fail(self, why: WireAskError) {
+        if let Some(reply) = self.reply {
+            let _ = reply.send(Answer(Err(why)));
+        }
+    }
+}
+
+/// A shard hosted here.
+struct Hosted {
+    epoch: u64,
+    /// Ordered, so stops happen in the same order on every run (a seed
+    /// replays a simulation).
+    entities: BTreeMap<(String, String), AnyEntity>,
+}
+
+/// Another node's region, as this one reaches it.
+enum Peer {
+    /// Being looked up: what is for it waits, in order.
+    Resolving(VecDeque<Pending>),
+    Ready(ActorRef<Region>),
+}
+
+/// What a task of the region ends with.
+pub(crate) enum Event {
+    Renewed {
+        sent_at: Instant,
+        renewed: Result<(), LeaseError>,
+        view: Result<StoreView, LeaseError>,
+    },
+    Claimed(ShardId, Result<Assignment, LeaseError>),
+    Released(ShardId),
+    Found(NodeKey, Result<ActorRef<Region>, LookupError>),
+    Answered(DeferredReply<Answer>, Answer),
+}
+
+/// The region actor. See the [module docs](self).
+pub(crate) struct Region {
+    setup: RegionSetup,
+    key: NodeKey,
+    members: BTreeMap<NodeKey, NodeId>,
+    view: Option<StoreView>,
+    hosted: BTreeMap<ShardId, Hosted>,
+    /// Shards with a claim or a release on its way to the store.
+    in_flight: HashMap<ShardId, ()>,
+    waiting: BTreeMap<ShardId, VecDeque<Pending>>,
+    waiting_len: usize,
+    peers: HashMap<NodeKey, Peer>,
+    tasks: Tasks<Event>,
+    renewing: bool,
+    recheck_armed: bool,
+}
+
+/// Renew the lease and read the store now.
+#[derive(Clone)]
+pub(crate) struct Tick;
+
+/// Read the store again for the shards messages wait on.
+struct Recheck;
+impl Message for Recheck {
+    type Reply = ();
+}
+
+/// How soon the store is read again while messages wait for an owner.
+const RECHECK_WAITING: Duration = Duration::from_millis(200);
+impl Message for Tick {
+    type Reply = ();
+}
+
+impl Region {
+    pub(crate) fn new(setup: RegionSetup) -> Region {
+        let key = NodeKey::new(setup.me.name(), setup.me.incarnation());
+        Region {
+            setup,
+            key,
+            members: BTreeMap::new(),
+            view: None,
+            hosted: BTreeMap::new(),
+            in_flight: HashMap::new(),
+            waiting: BTreeMap::new(),
+            waiting_len: 0,
+            peers: HashMap::new(),
+            tasks: Tasks::default(),
+            renewing: false,
+            recheck_armed: false,
+        }
+    }
+
+    fn start_task(&mut self, task: Task<Event>, ctx: &mut Context<Self>) {
+        if let Some(event) = self.tasks.start(&ctx.myself(), task) {
+            self.on_event(event, ctx);
+        }
+    }
+
+    fn lease_valid(&self, ctx: &Context<Self>) -> bool {
+        self.setup.lease.is_valid(ctx.now())
+    }
+
+    // ---- the store --------------------------------------------------------
+
+    fn renew(&mut self, ctx: &mut Context<Self>) {
+        if self.renewing {
+            return;
+        }
+        self.renewing = true;
+        let store = self.setup.store.clone();
+        let key = self.key.clone();
+        let ttl = self.setup.lease.ttl();
+        let sent_at = ctx.now();
+        self.start_task(
+            Box::pin(async move {
+                let renewed = store.renew(&key, ttl).await;
+                let view = store.view().await;
+                Event::Renewed {
+                    sent_at,
+                    renewed,
+                    view,
+                }
+            }),
+            ctx,
+        );
+    }
+
+    fn on_renewed(
+        &mut self,
+        sent_at: Instant,
+        renewed: Result<(), LeaseError>,
+        view: Result<StoreView, LeaseError>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.renewing = false;
+        let now = ctx.now();
+        match renewed {
+            Ok(()) => {
+                if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
+                    // Whatever was held before the lease ran out is void.
+                    self.drop_all(ctx);
+                }
+            }
+            Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
+            // Unreachable store: the lease runs out by itself.
+            Err(_) => {}
+        }
+        self.check_lease(ctx);
+        if let Ok(view) = view {
+            self.view = Some(view);
+            self.reconcile(ctx);
+        }
+    }
+
+    /// Stops hosting everything if the lease ran out.
+    fn check_lease(&mut self, ctx: &mut Context<Self>) {
+        if !self.hosted.is_empty() && !self.lease_valid(ctx) {
+            self.drop_all(ctx);
+        }
+    }
+
+    fn drop_all(&mut self, ctx: &mut Context<Self>) {
+        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
+        for shard in shards {
+            self.stop_shard(shard, ctx);
+        }
+    }
+
+    fn stop_shard(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
+        if let Some(hosted) = self.hosted.remove(&shard) {
+            for (_, entity) in hosted.entities {
+                stop_entity(&entity, ctx);
+            }
+        }
+    }
+
+    /// Acts on the last view: drop what is lost, claim orphans placed
+    /// here, release what placement moves away.
+    fn reconcile(&mut self, ctx: &mut Context<Self>) {
+        let Some(view) = &self.view else { return };
+        let view = view.clone();
+        // Shards the store gives to another node (or another epoch).
+        let lost: Vec<ShardId> = self
+            .hosted
+            .iter()
+            .filter(|(shard, h)| {
+                let a = &view.assignments[shard.get() as usize];
+                a.owner.as_ref() != Some(&self.key) || a.epoch != h.epoch
+            })
+            .map(|(s, _)| *s)
+            .collect();
+        for shard in lost {
+            self.stop_shard(shard, ctx);
+        }
+        if !self.lease_valid(ctx) {
+            self.schedule_next(&view, ctx);
+            self.drain_waiting(ctx);
+            return;
+        }
+        let live = self.live_members(&view);
+        let current: Vec<Option<String>> = view
+            .assignments
+            .iter()
+            .map(|a| {
+                a.owner
+                    .as_ref()
+                    .filter(|o| !a.released && live.contains(o))
+                    .map(|o| o.name.clone())
+            })
+            .collect();
+        let names: Vec<String> = live.iter().map(|k| k.name.clone()).collect();
+        for m in placement::plan(
+            self.setup.shards,
+            &current,
+            &names,
+            self.setup.rebalance_limit,
+        ) {
+            if self.in_flight.contains_key(&m.shard) {
+                continue;
+            }
+            let a = &view.assignments[m.shard.get() as usize];
+            if m.to == self.key.name && m.from.is_none() {
+                self.claim(m.shard, a.epoch, ctx);
+            } else if m.from.as_deref() == Some(self.key.name.as_str())
+                && self.hosted.contains_key(&m.shard)
+            {
+                self.release(m.shard, a.epoch, ctx);
+            }
+        }
+        self.schedule_next(&view, ctx);
+        self.drain_waiting(ctx);
+    }
+
+    /// Members whose lease is valid, this node among them.
+    fn live_members(&self, view: &StoreView) -> Vec<NodeKey> {
+        let mut live: Vec<NodeKey> = self
+            .members
+            .keys()
+            .filter(|k| view.is_leased(k))
+            .cloned()
+            .collect();
+        if self.setup.lease.valid_until().is_some() {
+            live.push(self.key.clone());
+        }
+        live.sort();
+        live.dedup();
+        live
+    }
+
+    /// Ticks again when the first lease of an owner that is not a live
+    /// member runs out, so its shards are claimed then, not a third of a
+    /// lease later.
+    fn schedule_next(&self, view: &StoreView, ctx: &mut Context<Self>) {
+        let waiting_on = view
+            .assignments
+            .iter()
+            .filter_map(|a| a.owner.as_ref())
+            .filter(|o| **o != self.key && !self.members.contains_key(o))
+            .filter_map(|o| view.leases.iter().find(|l| l.node == *o))
+            .map(|l| l.remaining)
+            .filter(|r| !r.is_zero())
+            .min();
+        if let Some(remaining) = waiting_on {
+            ctx.send_after(remaining + Duration::from_millis(1), Tick);
+        }
+    }
+
+    fn claim(&mut self, shard: ShardId, seen: u64, ctx: &mut Context<Self>) {
+        self.in_flight.insert(shard, ());
+        let store = self.setup.store.clone();
+        let key = self.key.clone();
+        self.start_task(
+            Box::pin(async move { Event::Claimed(shard, store.claim(shard, &key, seen).await) }),
+            ctx,
+        );
+    }
+
+    fn on_claimed(
+        &mut self,
+        shard: ShardId,
+        result: Result<Assignment, LeaseError>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.in_flight.remove(&shard);
+        match result {
+            Ok(a) if self.lease_valid(ctx) => {
+                if let Some(view) = &mut self.view {
+                    view.assignments[shard.get() as usize] = a.clone();
+                }
+                self.hosted.insert(
+                    shard,
+                    Hosted {
+                        epoch: a.epoch,
+                        entities: BTreeMap::new(),
+                    },
+                );
+                self.drain_waiting(ctx);
+            }
+            // The lease ran out while the claim was on its way: the shard
+            // is ours in the store but must not be served; the next renewal
+            // claims it again at the next epoch.
+            Ok(_) => {}
+            Err(_) => {}
+        }
+    }
+
+    fn release(&mut self, shard: ShardId, epoch: u64, ctx: &mut Context<Self>) {
+        // Stop first, then let go: no instant with two hosts.
+        self.stop_shard(shard, ctx);
+        self.in_flight.insert(shard, ());
+        let store = self.setup.store.clone();
+        let key = self.key.clone();
+        self.start_task(
+            Box::pin(async move {
+                let _ = store.release(shard, &key, epoch).await;
+                Event::Released(shard)
+            }),
+            ctx,
+        );
+    }
+
+    // ---- routing ---------------------------------------------------------
+
+    fn route(&mut self, p: Pending, ctx: &mut Context<Self>) {
+        let shard = self.setup.shards.shard_of(&p.routed.id);
+        if self.hosted.contains_key(&shard) && self.lease_valid(ctx) {
+            self.deliver(shard, p, ctx);
+            return;
+        }
+        match self.owner_elsewhere(shard) {
+            Some((key, node)) => self.forward(key, node, p, ctx),
+            None => self.wait(shard, p),
+        }
+    }
+
+    /// The live member that owns `shard`, if it is not this node.
+    fn owner_elsewhere(&self, shard: ShardId) -> Option<(NodeKey, NodeId)> {
+        let view = self.view.as_ref()?;
+        let a = &view.assignments[shard.get() as usize];
+        let owner = a.owner.as_ref().filter(|_| !a.released)?;
+        if *owner == self.key || !view.is_leased(owner) {
+            return None;
+        }
+        let node = self.members.get(owner)?;
+        Some((owner.clone(), node.clone()))
+    }
+
+    fn wait(&mut self, shard: ShardId, p: Pending) {
+        if self.waiting_len >= self.setup.buffer_limit {
+            p.fail(WireAskError::Unreachable(format!(
+                "{shard} has no owner yet and {} messages already wait for owners",
+                self.setup.buffer_limit
+            )));
+            return;
+        }
+        self.waiting_len += 1;
+        self.waiting.entry(shard).or_default().push_back(p);
+    }
+
+    /// Routes again, in order, what waits for shards that now have an
+    /// owner.
+    fn drain_waiting(&mut self, ctx: &mut Context<Self>) {
+        let ready: Vec<ShardId> = self
+            .waiting
+            .keys()
+            .copied()
+            .filter(|s| {
+                (self.hosted.contains_key(s) && self.lease_valid(ctx))
+                    || self.owner_elsewhere(*s).is_some()
+            })
+            .collect();
+        for shard in ready {
+            let queue = self.waiting.remove(&shard).unwrap_or_default();
+            self.waiting_len -= queue.len();
+            for p in queue {
+                self.route(p, ctx);
+            }
+        }
+        // Messages wait for an owner another node is about to claim: read
+        // the store again soon rather than a third of a lease later.
+        if !self.waiting.is_empty() && !self.recheck_armed {
+            self.recheck_armed = true;
+            ctx.send_after(RECHECK_WAITING, Recheck);
+        }
+    }
+
+    fn deliver(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
+        let Pending { routed, reply } = p;
+        let Some(kind) = self.setup.kinds.get(routed.kind.as_str()) else {
+            let why = WireAskError::UnknownKind(routed.kind.clone());
+            return Pending { routed, reply }.fail(why);
+        };
+        let Some(deliver) = kind.deliver.get(routed.codec.name).copied() else {
+            let why = WireAskError::Other(format!(
+                "entities of kind {:?} do not take {}: list it in their `Entity::messages`",
+                routed.kind, routed.codec.name
+            ));
+            return Pending { routed, reply }.fail(why);
+        };
+        let make = kind.make.clone();
+        let key = (routed.kind.clone(), routed.id.clone());
+        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+        let fresh = match hosted.entities.get(&key) {
+            Some(_) => None,
+            None => Some(make(ctx, &routed.id)),
+        };
+        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+        if let Some(made) = fresh {
+            match made {
+                Ok(entity) => {
+                    hosted.entities.insert(key.clone(), entity);
+                }
+                Err(why) => {
+                    return Pending { routed, reply }.fail(WireAskError::NotActivated(why));
+                }
+            }
+        }
+        let entity = hosted.entities.get(&key).expect("made above");
+        let codec = routed.codec;
+        match reply {
+            None => match (deliver.tell)(entity, routed.body) {
+                Ok(()) | Err(Undelivered::Full) => {}
+                // Stopped by itself: made again on the next message. The
+                // message was counted as a dead letter by the core.
+                Err(Undelivered::Stopped) => {
+                    hosted.entities.remove(&key);
+                }
+            },
+            Some(reply) => match (deliver.ask)(entity, routed.body) {
+                Ok(answer) => {
+                    let task: Task<Event> = Box::pin(async move {
+                        let answer = match answer.await {
+                            Ok(body) => Answer(Ok(Reply { codec, body })),
+                            Err(e) => Answer(Err(e.into())),
+                        };
+                        Event::Answered(reply, answer)
+                    });
+                    self.start_task(task, ctx);
+                }
+                Err(why) => {
+                    if why == Undelivered::Stopped {
+                        hosted.entities.remove(&key);
+                    }
+                    let _ = reply.send(Answer(Err(match why {
+                        Undelivered::Full => WireAskError::Full,
+                        Undelivered::Stopped => WireAskError::NoReply,
+                    })));
+                }
+            },
+        }
+    }
+
+    fn forward(&mut self, key: NodeKey, node: NodeId, p: Pending, ctx: &mut Context<Self>) {
+        match self.peers.get_mut(&key) {
+            Some(Peer::Ready(region)) => {
+                let region = region.clone();
+                self.send_to(&region, p, ctx);
+            }
+            Some(Peer::Resolving(queue)) => queue.push_back(p),
+            None => {
+                self.peers
+                    .insert(key.clone(), Peer::Resolving(VecDeque::from([p])));
+                let lookup = self.setup.lookup.clone();
+                self.start_task(
+                    Box::pin(async move {
+                        let found = lookup.lookup::<Region>(&node, REGION).await;
+                        Event::Found(key, found)
+                    }),
+                    ctx,
+                );
+            }
+        }
+    }
+
+    fn send_to(&mut self, region: &ActorRef<Region>, p: Pending, ctx: &mut Context<Self>) {
+        let Pending { routed, reply } = p;
+        match reply {
+            None => {
+                // Lost with the connection if it breaks: at most once.
+                let _ = region.tell(routed);
+            }
+            Some(reply) => {
+                let asked = region.ask(routed);
+                self.start_task(
+                    Box::pin(async move {
+                        let answer = match asked.await {
+                            Ok(answer) => answer,
+                            Err(e) => Answer(Err(e.into())),
+                        };
+                        Event::Answered(reply, answer)
+                    }),
+                    ctx,
+                );
+            }
+        }
+    }
+
+    fn on_found(
+        &mut self,
+        key: NodeKey,
+        found: Result<ActorRef<Region>, LookupError>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(Peer::Resolving(queue)) = self.peers.remove(&key) else {
+            return;
+        };
+        match found {
+            Ok(region) => {
+                self.peers.insert(key, Peer::Ready(region.clone()));
+                for p in queue {
+                    self.send_to(&region, p, ctx);
+                }
+            }
+            Err(e) => {
+                for p in queue {
+                    p.fail(WireAskError::Unreachable(e.to_string()));
+                }
+            }
+        }
+    }
+
+    fn on_event(&mut self, event: Event, ctx: &mut Context<Self>) {
+        match event {
+            Event::Renewed {
+                sent_at,
+                renewed,
+                view,
+            } => self.on_renewed(sent_at, renewed, view, ctx),
+            Event::Claimed(shard, result) => self.on_claimed(shard, result, ctx),
+            Event::Released(shard) => {
+                self.in_flight.remove(&shard);
+            }
+            Event::Found(key, found) => self.on_found(key, found, ctx),
+            Event::Answered(reply, answer) => {
+                let _ = reply.send(answer);
+            }
+        }
+    }
+}
+
+fn stop_entity(entity: &AnyEntity, _: &mut Context<Region>) {
+    entity.stop_after_queued();
+}
+
+impl Actor for Region {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.renew(ctx);
+        ctx.send_interval(self.setup.lease.renew_every(), Tick);
+    }
+}
+
+impl Handler<Tick> for Region {
+    fn handle(&mut self, _: Tick, ctx: &mut Context<Self>) {
+        self.check_lease(ctx);
+        self.renew(ctx);
+    }
+}
+
+impl Handler<Recheck> for Region {
+    fn handle(&mut self, _: Recheck, ctx: &mut Context<Self>) {
+        self.recheck_armed = false;
+        if !self.waiting.is_empty() {
+            self.renew(ctx);
+        }
+    }
+}
+
+impl Handler<Poll> for Region {
+    fn handle(&mut self, Poll(key): Poll, ctx: &mut Context<Self>) {
+        if let Some(event) = self.tasks.poll(&ctx.myself(), key) {
+            self.on_event(event, ctx);
+        }
+    }
+}
+
+impl Handler<Routed> for Region {
+    fn handle(&mut self, routed: Routed, ctx: &mut Context<Self>) -> Answer {
+        let reply = ctx.defer_reply::<Routed>();
+        self.check_lease(ctx);
+        self.route(Pending { routed, reply }, ctx);
+        // The reply, if this was an ask, went with the deferred reply.
+        Answer(Err(WireAskError::Other("answered later".into())))
+    }
+}
+
+impl Handler<MemberEvent> for Region {
+    fn handle(&mut self, event: MemberEvent, ctx: &mut Context<Self>) {
+        match event {
+            MemberEvent::Up(node) => {
+                let key = NodeKey::new(node.name(), node.incarnation());
+                self.members.insert(key, node);
+            }
+            MemberEvent::Down(node) => {
+                let key = NodeKey::new(node.name(), node.incarnation());
+                self.members.remove(&key);
+                self.peers.remove(&key);
+            }
+        }
+        // A change of members changes placement: read the store now.
+        self.renew(ctx);
+    }
+}
+
+impl RemoteActor for Region {
+    const NAME: &'static str = "troubadour.cluster.Region";
+    fn accepts(accepts: &mut Accepts<Self>) {
+        accepts.handle::<Routed>();
+    }
+}
