@@ -93,8 +93,12 @@ impl ClusterBuilder {
     ) -> Self {
         let messages = EntityMessages::<A>::collect();
         self.errors.extend(messages.errors);
+        let factory = Arc::new(factory);
         let make = Arc::new(move |ctx: &mut Context<Region>, id: &str| {
-            ctx.spawn(factory(id))
+            // Transient: a panic restarts the entity from its factory (its
+            // region supervises it), a stop sticks.
+            let (factory, id) = (factory.clone(), id.to_string());
+            ctx.spawn_with(move || factory(&id))
                 .map(|r| Box::new(r) as AnyEntity)
                 .map_err(|e| e.to_string())
         });

@@ -120,6 +120,11 @@ pub(crate) trait EntityControl: Send + Sync {
     /// Stops it after the messages it already has (a passivation or a
     /// handoff: nothing handed to it is dropped).
     fn stop_after_queued(&self);
+    /// Stops it after its current message (its shard is no longer this
+    /// node's: nothing more may run here).
+    fn stop_now(&self);
+    /// Resolves once it has stopped.
+    fn stopped(&self) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 }
 
 impl<A: Actor> EntityControl for ActorRef<A> {
@@ -129,6 +134,17 @@ impl<A: Actor> EntityControl for ActorRef<A> {
 
     fn stop_after_queued(&self) {
         self.stop_gracefully();
+    }
+
+    fn stop_now(&self) {
+        self.stop();
+    }
+
+    fn stopped(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let stopped = self.wait_stopped();
+        Box::pin(async move {
+            stopped.await;
+        })
     }
 }
 

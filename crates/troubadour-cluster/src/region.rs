@@ -201,7 +201,7 @@ impl Region {
             Ok(()) => {
                 if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
                     // Whatever was held before the lease ran out is void.
-                    self.drop_all(ctx);
+                    self.drop_all();
                 }
             }
             Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
@@ -218,21 +218,23 @@ impl Region {
     /// Stops hosting everything if the lease ran out.
     fn check_lease(&mut self, ctx: &mut Context<Self>) {
         if !self.hosted.is_empty() && !self.lease_valid(ctx) {
-            self.drop_all(ctx);
+            self.drop_all();
         }
     }
 
-    fn drop_all(&mut self, ctx: &mut Context<Self>) {
+    fn drop_all(&mut self) {
         let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
         for shard in shards {
-            self.stop_shard(shard, ctx);
+            self.stop_shard(shard);
         }
     }
 
-    fn stop_shard(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
+    /// The shard is no longer this node's: its entities stop after their
+    /// current message.
+    fn stop_shard(&mut self, shard: ShardId) {
         if let Some(hosted) = self.hosted.remove(&shard) {
             for (_, entity) in hosted.entities {
-                stop_entity(&entity, ctx);
+                entity.stop_now();
             }
         }
     }
@@ -253,7 +255,7 @@ impl Region {
             .map(|(s, _)| *s)
             .collect();
         for shard in lost {
-            self.stop_shard(shard, ctx);
+            self.stop_shard(shard);
         }
         if !self.lease_valid(ctx) {
             self.schedule_next(&view, ctx);
@@ -367,14 +369,30 @@ impl Region {
         }
     }
 
+    /// Hands the shard over: its entities finish what they were sent and
+    /// stop; once every one has stopped the shard is released, so the
+    /// next owner's entities never run beside these. What arrives for the
+    /// shard meanwhile waits for the next owner.
     fn release(&mut self, shard: ShardId, epoch: u64, ctx: &mut Context<Self>) {
-        // Stop first, then let go: no instant with two hosts.
-        self.stop_shard(shard, ctx);
+        let Some(hosted) = self.hosted.remove(&shard) else {
+            return;
+        };
+        let stopped: Vec<_> = hosted
+            .entities
+            .values()
+            .map(|e| {
+                e.stop_after_queued();
+                e.stopped()
+            })
+            .collect();
         self.in_flight.insert(shard, ());
         let store = self.setup.store.clone();
         let key = self.key.clone();
         self.start_task(
             Box::pin(async move {
+                for s in stopped {
+                    s.await;
+                }
                 let _ = store.release(shard, &key, epoch).await;
                 Event::Released(shard)
             }),
@@ -599,10 +617,6 @@ impl Region {
             }
         }
     }
-}
-
-fn stop_entity(entity: &AnyEntity, _: &mut Context<Region>) {
-    entity.stop_after_queued();
 }
 
 impl Actor for Region {

@@ -41,10 +41,36 @@ impl RemoteMessage for WhereAreYou {
 /// Activations per (node, id), across the whole test.
 type Activations = Arc<Mutex<HashMap<String, Vec<String>>>>;
 
-struct Counter {
-    total: u64,
+/// Entities alive now per id, across every node of the test, and the
+/// most ever alive at once per id: the single-activation checker.
+#[derive(Default)]
+struct Alive {
+    now: HashMap<String, usize>,
+    most: HashMap<String, usize>,
 }
-impl Actor for Counter {}
+type AliveLog = Arc<Mutex<Alive>>;
+
+struct Counter {
+    id: String,
+    total: u64,
+    alive: AliveLog,
+}
+impl Actor for Counter {
+    fn started(&mut self, _: &mut Context<Self>) {
+        let mut a = self.alive.lock().unwrap();
+        let now = {
+            let n = a.now.entry(self.id.clone()).or_default();
+            *n += 1;
+            *n
+        };
+        let most = a.most.entry(self.id.clone()).or_default();
+        *most = (*most).max(now);
+    }
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let mut a = self.alive.lock().unwrap();
+        *a.now.get_mut(&self.id).unwrap() -= 1;
+    }
+}
 impl Handler<Add> for Counter {
     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 {
         self.total += n;
@@ -56,10 +82,28 @@ impl Handler<WhereAreYou> for Counter {
         ctx.system().node().name().to_string()
     }
 }
+/// Work that takes this many seconds of (virtual) time: the entity is
+/// busy in an async handler meanwhile.
+#[derive(Debug, Serialize, Deserialize)]
+struct Slow(u64);
+impl Message for Slow {
+    type Reply = ();
+}
+impl RemoteMessage for Slow {
+    const NAME: &'static str = "va-test.Slow";
+}
+impl AsyncHandler<Slow> for Counter {
+    async fn handle(&mut self, Slow(seconds): Slow, ctx: &mut Context<Self>) {
+        ctx.system().sleep(Duration::from_secs(seconds)).await;
+    }
+}
+
 impl Entity for Counter {
     const KIND: &'static str = "counter";
     fn messages(m: &mut EntityMessages<Self>) {
-        m.handle::<Add>().handle::<WhereAreYou>();
+        m.handle::<Add>()
+            .handle::<WhereAreYou>()
+            .handle_async::<Slow>();
     }
 }
 
@@ -67,6 +111,7 @@ struct TestCluster {
     clusters: Vec<Cluster>,
     store: Arc<MemoryLeaseStore>,
     activations: Activations,
+    alive: AliveLog,
 }
 
 fn start_node(
@@ -74,8 +119,10 @@ fn start_node(
     i: NodeIndex,
     store: &Arc<MemoryLeaseStore>,
     activations: &Activations,
+    alive: &AliveLog,
 ) -> Cluster {
     let activations = activations.clone();
+    let alive = alive.clone();
     let name = net.system(i).node().name().to_string();
     let builder = Cluster::builder(store.clone() as Arc<dyn LeaseStore>)
         .shards(ShardCount::new(64).unwrap())
@@ -88,7 +135,11 @@ fn start_node(
                 .entry(id.to_string())
                 .or_default()
                 .push(name.clone());
-            Counter { total: 0 }
+            Counter {
+                id: id.to_string(),
+                total: 0,
+                alive: alive.clone(),
+            }
         });
     let starting = builder.start(net.system(i), net.remote(i));
     net.block_on(starting).unwrap()
@@ -97,11 +148,12 @@ fn start_node(
 fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
     let store = Arc::new(MemoryLeaseStore::with_clock(net.clock()).recording());
     let activations: Activations = Arc::default();
+    let alive: AliveLog = Arc::default();
     for i in 0..n {
         net.node(&format!("n{i}"), with_cluster);
     }
     let clusters: Vec<Cluster> = (0..n)
-        .map(|i| start_node(net, i, &store, &activations))
+        .map(|i| start_node(net, i, &store, &activations, &alive))
         .collect();
     let seed = net.system(0).node();
     for c in &clusters[1..] {
@@ -114,6 +166,7 @@ fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
         clusters,
         store,
         activations,
+        alive,
     }
 }
 
@@ -271,4 +324,64 @@ fn a_seed_replays_the_same_cluster_run() {
         );
     }
     assert_eq!(a, b);
+}
+
+#[test]
+fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
+    simulate_network(seeds(10), |net| {
+        let mut t = cluster(net, 2);
+        let ids: Vec<String> = (0..20).map(|i| format!("e{i}")).collect();
+        for id in &ids {
+            let got = net.block_on(
+                t.clusters[0]
+                    .entity::<Counter>(id.clone())
+                    .ask(Add(1))
+                    .timeout(30 * S),
+            );
+            assert_eq!(got, Ok(1));
+        }
+        let joiner = net.node("n2", with_cluster);
+        let c = start_node(net, joiner, &t.store, &t.activations, &t.alive);
+        c.membership().join([net.system(0).node()]);
+        t.clusters.push(c);
+        // Every entity is busy for a minute while shards move to the
+        // joiner: a handoff that did not wait for its entities to stop
+        // would have the joiner run a second one meanwhile.
+        for id in &ids {
+            t.clusters[0]
+                .entity::<Counter>(id.clone())
+                .tell(Slow(60))
+                .unwrap();
+        }
+        for _ in 0..90 {
+            for id in &ids {
+                let asked = t.clusters[1]
+                    .entity::<Counter>(id.clone())
+                    .ask(Add(1))
+                    .timeout(5 * S);
+                match net.block_on(asked) {
+                    Ok(_) | Err(AskError::Timeout(_)) | Err(AskError::ConnectionLost) => {}
+                    Err(e) => panic!("an ask during the move ended with {e}"),
+                }
+            }
+            net.run_for(S);
+        }
+        let mut on_joiner = 0;
+        for id in &ids {
+            let host = net
+                .block_on(
+                    t.clusters[2]
+                        .entity::<Counter>(id.clone())
+                        .ask(WhereAreYou)
+                        .timeout(30 * S),
+                )
+                .unwrap();
+            on_joiner += usize::from(host == "n2");
+        }
+        assert!(on_joiner > 0, "no entity moved to the joining node");
+        let alive = t.alive.lock().unwrap();
+        for id in &ids {
+            assert_eq!(alive.most[id], 1, "{id} was active on two nodes at once");
+        }
+    });
 }
