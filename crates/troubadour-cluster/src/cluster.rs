@@ -19,7 +19,7 @@ use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed}
 use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
-use crate::region::{Kind, Region, RegionSetup, REGION};
+use crate::region::{Kind, LeaveCluster, Region, RegionSetup, Status, REGION};
 use crate::shard::ShardCount;
 
 /// Registers what the cluster sends between nodes with the remote layer:
@@ -42,6 +42,7 @@ pub struct ClusterBuilder {
     lease_margin: Duration,
     rebalance_limit: usize,
     buffer_limit: usize,
+    passivate_after: Option<Duration>,
     membership: MembershipConfig,
     kinds: HashMap<&'static str, Kind>,
     errors: Vec<String>,
@@ -75,6 +76,15 @@ impl ClusterBuilder {
     /// an error.
     pub fn buffer_limit(mut self, n: usize) -> Self {
         self.buffer_limit = n;
+        self
+    }
+
+    /// Stops an entity sent nothing for `idle` (default 2 minutes; `None`:
+    /// never). It finishes what it was sent first; what arrives while it
+    /// stops waits and makes its next activation, so nothing sent to it is
+    /// lost. Save what must outlive it in its `stopped` hook.
+    pub fn passivate_after(mut self, idle: Option<Duration>) -> Self {
+        self.passivate_after = idle;
         self
     }
 
@@ -162,6 +172,7 @@ impl ClusterBuilder {
                 lease,
                 rebalance_limit: self.rebalance_limit,
                 buffer_limit: self.buffer_limit,
+                passivate_after: self.passivate_after,
                 store: self.store.clone(),
                 kinds: self.kinds,
                 lookup: remote.node_lookup(),
@@ -244,6 +255,7 @@ impl Cluster {
             lease_margin: Duration::from_secs(1),
             rebalance_limit: 16,
             buffer_limit: 100_000,
+            passivate_after: Some(Duration::from_secs(120)),
             membership: MembershipConfig::default(),
             kinds: HashMap::new(),
             errors: Vec::new(),
@@ -269,6 +281,89 @@ impl Cluster {
     pub fn shards(&self) -> ShardCount {
         self.inner.shards
     }
+
+    /// Leaves the cluster gracefully: every shard's entities finish what
+    /// they were sent and stop, the store releases the node's shards and
+    /// lease (other nodes claim them at once, with no lease to wait out),
+    /// and membership tells the others. Messages for those shards that
+    /// reach this node meanwhile go on to their new owners.
+    pub async fn leave(&self) -> Result<(), ClusterError> {
+        let left = self
+            .inner
+            .region
+            .ask(LeaveCluster)
+            .await
+            .map_err(|e| ClusterError::Spawn(format!("the region did not answer: {e}")))?;
+        left.map_err(ClusterError::Store)?;
+        self.inner.membership.leave();
+        Ok(())
+    }
+
+    /// What this node's part of the cluster is doing: for operators and
+    /// dashboards (serializes to JSON with serde).
+    pub async fn status(&self) -> Result<ClusterStatus, AskError> {
+        let s = self.inner.region.ask(Status).await?;
+        Ok(ClusterStatus {
+            node: s.node.name.clone(),
+            incarnation: s.node.incarnation,
+            lease_valid: s.lease_valid,
+            lease_left_ms: s.lease_left.map(|d| d.as_millis() as u64),
+            leaving: s.leaving,
+            members: self
+                .inner
+                .membership
+                .members()
+                .iter()
+                .map(|m| m.name().to_string())
+                .collect(),
+            members_with_lease: s.members.iter().map(|m| m.name.clone()).collect(),
+            shards: s
+                .shards
+                .iter()
+                .map(|(shard, epoch)| ShardStatus {
+                    shard: shard.get(),
+                    epoch: *epoch,
+                })
+                .collect(),
+            entities: s.entities,
+            waiting: s.waiting,
+        })
+    }
+}
+
+/// A node's part of the cluster, now. See [`Cluster::status`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ClusterStatus {
+    /// This node's name.
+    pub node: String,
+    /// Its incarnation.
+    pub incarnation: u64,
+    /// Whether its lease is valid by its own clock (it hosts shards only
+    /// then).
+    pub lease_valid: bool,
+    /// How long the lease has left, in milliseconds, if it was granted.
+    pub lease_left_ms: Option<u64>,
+    /// Whether it is leaving the cluster.
+    pub leaving: bool,
+    /// The members membership sees up, this node among them.
+    pub members: Vec<String>,
+    /// The other members the region places shards on.
+    pub members_with_lease: Vec<String>,
+    /// The shards it hosts, with the epoch it owns each at.
+    pub shards: Vec<ShardStatus>,
+    /// Entities active (or passivating) on it.
+    pub entities: usize,
+    /// Messages waiting for a shard's owner to be known.
+    pub waiting: usize,
+}
+
+/// A hosted shard. See [`ClusterStatus`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct ShardStatus {
+    /// The shard's number.
+    pub shard: u32,
+    /// The epoch this node owns it at.
+    pub epoch: u64,
 }
 
 impl fmt::Debug for Cluster {

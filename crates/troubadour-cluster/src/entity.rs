@@ -148,6 +148,11 @@ impl<A: Actor> EntityControl for ActorRef<A> {
     }
 }
 
+/// How long a region waits on an entity's (or another region's) answer
+/// before giving up on it: far beyond any asker's own timeout, which is
+/// what ends an ask for the asker.
+pub(crate) const ENTITY_ASK_LIMIT: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// The answer to an ask, on its way back from the entity.
 pub(crate) type AnswerFuture =
     Pin<Box<dyn Future<Output = Result<Box<dyn Any + Send>, AskError>> + Send>>;
@@ -160,11 +165,10 @@ pub(crate) struct Deliverers {
 }
 
 /// Why a body did not reach its entity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Undelivered {
-    /// The entity has stopped (it is being passivated or moved): route the
-    /// message again.
-    Stopped,
+    /// The entity has stopped (it stopped itself): the body comes back, to
+    /// go to the entity's next activation.
+    Stopped(Box<dyn Any + Send>),
     /// Its bounded mailbox is full.
     Full,
 }
@@ -192,7 +196,7 @@ where
     match entity_of::<A>(entity).tell(body_of::<M>(body)) {
         Ok(()) => Ok(()),
         Err(SendError::Full(_)) => Err(Undelivered::Full),
-        Err(_) => Err(Undelivered::Stopped),
+        Err(e) => Err(Undelivered::Stopped(Box::new(e.into_message()))),
     }
 }
 
@@ -205,9 +209,11 @@ where
 {
     let entity = entity_of::<A>(entity);
     if !entity.is_alive() {
-        return Err(Undelivered::Stopped);
+        return Err(Undelivered::Stopped(body));
     }
-    let asked = entity.ask(body_of::<M>(body));
+    // The asker's own timeout governs (it waits on the region's answer);
+    // this one only bounds what an entity that never answers holds here.
+    let asked = entity.ask(body_of::<M>(body)).timeout(ENTITY_ASK_LIMIT);
     Ok(Box::pin(async move {
         asked
             .await

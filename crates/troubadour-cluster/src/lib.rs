@@ -32,7 +32,10 @@ mod region;
 pub mod shard;
 mod tasks;
 
-pub use cluster::{with_cluster, Cluster, ClusterBuilder, ClusterError, EntityAsk, EntityRef};
+pub use cluster::{
+    with_cluster, Cluster, ClusterBuilder, ClusterError, ClusterStatus, EntityAsk, EntityRef,
+    ShardStatus,
+};
 pub use entity::{Entity, EntityMessages};
 pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView};
 pub use local_lease::{LeaseConfigError, LocalLease, Renewal};

@@ -446,6 +446,7 @@ impl MembershipActor {
                 if !fresh {
                     return;
                 }
+                tracing::info!(target: "troubadour::cluster", member = %node, "member up");
                 MemberEvent::Up(node)
             }
             Change::Down(id) => {
@@ -456,6 +457,7 @@ impl MembershipActor {
                     .unwrap_or_else(|p| p.into_inner())
                     .remove(&id.addr());
                 let Some(node) = removed else { return };
+                tracing::info!(target: "troubadour::cluster", member = %node, "member down");
                 MemberEvent::Down(node)
             }
         };

@@ -26,7 +26,9 @@ use troubadour::prelude::*;
 use troubadour::{DeferredReply, NodeId};
 use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
 
-use crate::entity::{Answer, AnyEntity, Deliverers, Reply, Routed, Undelivered, WireAskError};
+use crate::entity::{
+    Answer, AnyEntity, Deliverers, Reply, Routed, Undelivered, WireAskError, ENTITY_ASK_LIMIT,
+};
 use crate::lease::{Assignment, LeaseError, LeaseStore, NodeKey, StoreView};
 use crate::local_lease::{LocalLease, Renewal};
 use crate::membership::MemberEvent;
@@ -54,6 +56,7 @@ pub(crate) struct RegionSetup {
     pub lease: LocalLease,
     pub rebalance_limit: usize,
     pub buffer_limit: usize,
+    pub passivate_after: Option<Duration>,
     pub store: Arc<dyn LeaseStore>,
     pub kinds: HashMap<&'static str, Kind>,
     pub lookup: NodeLookup,
@@ -78,7 +81,22 @@ struct Hosted {
     epoch: u64,
     /// Ordered, so stops happen in the same order on every run (a seed
     /// replays a simulation).
-    entities: BTreeMap<(String, String), AnyEntity>,
+    entities: BTreeMap<EntityKey, Slot>,
+}
+
+/// An entity by kind and id.
+type EntityKey = (String, String);
+
+/// One entity of a hosted shard.
+enum Slot {
+    Active {
+        entity: AnyEntity,
+        /// When it was last sent something, for passivation.
+        last_used: Instant,
+    },
+    /// Passivating: it finishes what it has and stops; what arrives
+    /// meanwhile waits here for the next activation, in order.
+    Stopping(VecDeque<Pending>),
 }
 
 /// Another node's region, as this one reaches it.
@@ -99,6 +117,10 @@ pub(crate) enum Event {
     Released(ShardId),
     Found(NodeKey, Result<ActorRef<Region>, LookupError>),
     Answered(DeferredReply<Answer>, Answer),
+    /// A passivated entity has stopped.
+    Passivated(ShardId, EntityKey),
+    /// Every shard was handed off and the store let the node go.
+    Left(Result<(), LeaseError>),
 }
 
 /// The region actor. See the [module docs](self).
@@ -116,11 +138,48 @@ pub(crate) struct Region {
     tasks: Tasks<Event>,
     renewing: bool,
     recheck_armed: bool,
+    /// Leaving: claims nothing more; those waiting are answered once the
+    /// store let go (`left`), after which the lease is not renewed.
+    leaving: bool,
+    leave_waiters: Vec<DeferredReply<Result<(), LeaseError>>>,
+    left: bool,
 }
 
 /// Renew the lease and read the store now.
 #[derive(Clone)]
 pub(crate) struct Tick;
+
+/// Passivate the idle entities now.
+#[derive(Clone)]
+struct Sweep;
+impl Message for Sweep {
+    type Reply = ();
+}
+
+/// Hand off every shard and leave the store.
+pub(crate) struct LeaveCluster;
+impl Message for LeaveCluster {
+    type Reply = Result<(), LeaseError>;
+}
+
+/// What the region is doing now.
+pub(crate) struct Status;
+impl Message for Status {
+    type Reply = RegionStatus;
+}
+
+/// A node's part of the cluster, as its region sees it now.
+#[derive(Clone, Debug)]
+pub(crate) struct RegionStatus {
+    pub node: NodeKey,
+    pub lease_valid: bool,
+    pub lease_left: Option<Duration>,
+    pub leaving: bool,
+    pub members: Vec<NodeKey>,
+    pub shards: Vec<(ShardId, u64)>,
+    pub entities: usize,
+    pub waiting: usize,
+}
 
 /// Read the store again for the shards messages wait on.
 struct Recheck;
@@ -150,6 +209,9 @@ impl Region {
             tasks: Tasks::default(),
             renewing: false,
             recheck_armed: false,
+            leaving: false,
+            leave_waiters: Vec::new(),
+            left: false,
         }
     }
 
@@ -174,9 +236,14 @@ impl Region {
         let key = self.key.clone();
         let ttl = self.setup.lease.ttl();
         let sent_at = ctx.now();
+        let left = self.left;
         self.start_task(
             Box::pin(async move {
-                let renewed = store.renew(&key, ttl).await;
+                let renewed = if left {
+                    Err(LeaseError::NotLeased(key.clone()))
+                } else {
+                    store.renew(&key, ttl).await
+                };
                 let view = store.view().await;
                 Event::Renewed {
                     sent_at,
@@ -206,7 +273,9 @@ impl Region {
             }
             Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
             // Unreachable store: the lease runs out by itself.
-            Err(_) => {}
+            Err(e) => {
+                tracing::warn!(target: "troubadour::cluster", error = %e, "lease renewal failed");
+            }
         }
         self.check_lease(ctx);
         if let Ok(view) = view {
@@ -218,6 +287,11 @@ impl Region {
     /// Stops hosting everything if the lease ran out.
     fn check_lease(&mut self, ctx: &mut Context<Self>) {
         if !self.hosted.is_empty() && !self.lease_valid(ctx) {
+            tracing::warn!(
+                target: "troubadour::cluster",
+                shards = self.hosted.len(),
+                "the node's lease ran out before a renewal: stopping every shard it hosts"
+            );
             self.drop_all();
         }
     }
@@ -233,9 +307,26 @@ impl Region {
     /// current message.
     fn stop_shard(&mut self, shard: ShardId) {
         if let Some(hosted) = self.hosted.remove(&shard) {
-            for (_, entity) in hosted.entities {
-                entity.stop_now();
+            for (_, slot) in hosted.entities {
+                match slot {
+                    Slot::Active { entity, .. } => entity.stop_now(),
+                    // Its messages go to the shard's next owner.
+                    Slot::Stopping(queue) => self.requeue(shard, queue),
+                }
             }
+        }
+    }
+
+    /// Messages that were waiting on an entity go back to wait for the
+    /// shard's owner, ahead of anything that came later.
+    fn requeue(&mut self, shard: ShardId, queue: VecDeque<Pending>) {
+        if queue.is_empty() {
+            return;
+        }
+        self.waiting_len += queue.len();
+        let waiting = self.waiting.entry(shard).or_default();
+        for p in queue.into_iter().rev() {
+            waiting.push_front(p);
         }
     }
 
@@ -255,6 +346,7 @@ impl Region {
             .map(|(s, _)| *s)
             .collect();
         for shard in lost {
+            tracing::warn!(target: "troubadour::cluster", shard = shard.get(), "shard lost: the store gives it to another node or epoch");
             self.stop_shard(shard);
         }
         if !self.lease_valid(ctx) {
@@ -284,7 +376,7 @@ impl Region {
                 continue;
             }
             let a = &view.assignments[m.shard.get() as usize];
-            if m.to == self.key.name && m.from.is_none() {
+            if m.to == self.key.name && m.from.is_none() && !self.leaving {
                 self.claim(m.shard, a.epoch, ctx);
             } else if m.from.as_deref() == Some(self.key.name.as_str())
                 && self.hosted.contains_key(&m.shard)
@@ -349,6 +441,7 @@ impl Region {
         self.in_flight.remove(&shard);
         match result {
             Ok(a) if self.lease_valid(ctx) => {
+                tracing::info!(target: "troubadour::cluster", shard = shard.get(), epoch = a.epoch, "shard claimed");
                 if let Some(view) = &mut self.view {
                     view.assignments[shard.get() as usize] = a.clone();
                 }
@@ -377,14 +470,16 @@ impl Region {
         let Some(hosted) = self.hosted.remove(&shard) else {
             return;
         };
-        let stopped: Vec<_> = hosted
-            .entities
-            .values()
-            .map(|e| {
-                e.stop_after_queued();
-                e.stopped()
-            })
-            .collect();
+        let mut stopped = Vec::new();
+        for (_, slot) in hosted.entities {
+            match slot {
+                Slot::Active { entity, .. } => {
+                    entity.stop_after_queued();
+                    stopped.push(entity.stopped());
+                }
+                Slot::Stopping(queue) => self.requeue(shard, queue),
+            }
+        }
         self.in_flight.insert(shard, ());
         let store = self.setup.store.clone();
         let key = self.key.clone();
@@ -410,7 +505,7 @@ impl Region {
         }
         match self.owner_elsewhere(shard) {
             Some((key, node)) => self.forward(key, node, p, ctx),
-            None => self.wait(shard, p),
+            None => self.wait(shard, p, ctx),
         }
     }
 
@@ -422,11 +517,20 @@ impl Region {
         if *owner == self.key || !view.is_leased(owner) {
             return None;
         }
-        let node = self.members.get(owner)?;
-        Some((owner.clone(), node.clone()))
+        // An owner membership does not list is taken for dead (its shards
+        // are claimed once its lease runs out), unless this node is
+        // leaving: its membership no longer lists anyone, and what reaches
+        // it goes on to the owners the store names (the remote layer knows
+        // them by name and incarnation, having met them).
+        let node = match self.members.get(owner) {
+            Some(node) => node.clone(),
+            None if self.leaving => NodeId::remote(&owner.name, None, owner.incarnation).ok()?,
+            None => return None,
+        };
+        Some((owner.clone(), node))
     }
 
-    fn wait(&mut self, shard: ShardId, p: Pending) {
+    fn wait(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
         if self.waiting_len >= self.setup.buffer_limit {
             p.fail(WireAskError::Unreachable(format!(
                 "{shard} has no owner yet and {} messages already wait for owners",
@@ -436,6 +540,16 @@ impl Region {
         }
         self.waiting_len += 1;
         self.waiting.entry(shard).or_default().push_back(p);
+        self.arm_recheck(ctx);
+    }
+
+    /// Messages wait for an owner another node is about to claim: read
+    /// the store again soon rather than a third of a lease later.
+    fn arm_recheck(&mut self, ctx: &mut Context<Self>) {
+        if !self.waiting.is_empty() && !self.recheck_armed {
+            self.recheck_armed = true;
+            ctx.send_after(RECHECK_WAITING, Recheck);
+        }
     }
 
     /// Routes again, in order, what waits for shards that now have an
@@ -457,55 +571,55 @@ impl Region {
                 self.route(p, ctx);
             }
         }
-        // Messages wait for an owner another node is about to claim: read
-        // the store again soon rather than a third of a lease later.
-        if !self.waiting.is_empty() && !self.recheck_armed {
-            self.recheck_armed = true;
-            ctx.send_after(RECHECK_WAITING, Recheck);
-        }
+        self.arm_recheck(ctx);
     }
 
     fn deliver(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
-        let Pending { routed, reply } = p;
-        let Some(kind) = self.setup.kinds.get(routed.kind.as_str()) else {
-            let why = WireAskError::UnknownKind(routed.kind.clone());
-            return Pending { routed, reply }.fail(why);
+        let Some(kind) = self.setup.kinds.get(p.routed.kind.as_str()) else {
+            let why = WireAskError::UnknownKind(p.routed.kind.clone());
+            return p.fail(why);
         };
-        let Some(deliver) = kind.deliver.get(routed.codec.name).copied() else {
+        let Some(deliver) = kind.deliver.get(p.routed.codec.name).copied() else {
             let why = WireAskError::Other(format!(
                 "entities of kind {:?} do not take {}: list it in their `Entity::messages`",
-                routed.kind, routed.codec.name
+                p.routed.kind, p.routed.codec.name
             ));
-            return Pending { routed, reply }.fail(why);
+            return p.fail(why);
         };
         let make = kind.make.clone();
-        let key = (routed.kind.clone(), routed.id.clone());
+        let key = (p.routed.kind.clone(), p.routed.id.clone());
+        let now = ctx.now();
         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
-        let fresh = match hosted.entities.get(&key) {
-            Some(_) => None,
-            None => Some(make(ctx, &routed.id)),
-        };
-        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
-        if let Some(made) = fresh {
-            match made {
-                Ok(entity) => {
-                    hosted.entities.insert(key.clone(), entity);
-                }
-                Err(why) => {
-                    return Pending { routed, reply }.fail(WireAskError::NotActivated(why));
-                }
+        match hosted.entities.get_mut(&key) {
+            Some(Slot::Stopping(queue)) => {
+                queue.push_back(p);
+                return;
             }
-        }
-        let entity = hosted.entities.get(&key).expect("made above");
-        let codec = routed.codec;
-        match reply {
-            None => match (deliver.tell)(entity, routed.body) {
-                Ok(()) | Err(Undelivered::Full) => {}
-                // Stopped by itself: made again on the next message. The
-                // message was counted as a dead letter by the core.
-                Err(Undelivered::Stopped) => {
-                    hosted.entities.remove(&key);
+            Some(Slot::Active { last_used, .. }) => *last_used = now,
+            None => match make(ctx, &p.routed.id) {
+                Ok(entity) => {
+                    let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+                    hosted.entities.insert(
+                        key.clone(),
+                        Slot::Active {
+                            entity,
+                            last_used: now,
+                        },
+                    );
                 }
+                Err(why) => return p.fail(WireAskError::NotActivated(why)),
+            },
+        }
+        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+        let Some(Slot::Active { entity, .. }) = hosted.entities.get(&key) else {
+            unreachable!("made active above");
+        };
+        let Pending { routed, reply } = p;
+        let codec = routed.codec;
+        let refused = match reply {
+            None => match (deliver.tell)(entity, routed.body) {
+                Ok(()) | Err(Undelivered::Full) => None,
+                Err(Undelivered::Stopped(body)) => Some((body, None)),
             },
             Some(reply) => match (deliver.ask)(entity, routed.body) {
                 Ok(answer) => {
@@ -517,17 +631,120 @@ impl Region {
                         Event::Answered(reply, answer)
                     });
                     self.start_task(task, ctx);
+                    None
                 }
-                Err(why) => {
-                    if why == Undelivered::Stopped {
-                        hosted.entities.remove(&key);
-                    }
-                    let _ = reply.send(Answer(Err(match why {
-                        Undelivered::Full => WireAskError::Full,
-                        Undelivered::Stopped => WireAskError::NoReply,
-                    })));
+                Err(Undelivered::Full) => {
+                    let _ = reply.send(Answer(Err(WireAskError::Full)));
+                    None
                 }
+                Err(Undelivered::Stopped(body)) => Some((body, Some(reply))),
             },
+        };
+        // The entity stopped by itself: the message goes to its next
+        // activation (made now), not to the dead letters.
+        if let Some((body, reply)) = refused {
+            let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+            hosted.entities.remove(&key);
+            let routed = Routed {
+                kind: routed.kind,
+                id: routed.id,
+                codec,
+                body,
+            };
+            self.deliver(shard, Pending { routed, reply }, ctx);
+        }
+    }
+
+    /// Passivates every entity idle for `passivate_after`: it finishes
+    /// what it has and stops; what arrives meanwhile waits for its next
+    /// activation.
+    fn passivate_idle(&mut self, idle: Duration, ctx: &mut Context<Self>) {
+        let now = ctx.now();
+        let mut stopping = Vec::new();
+        for (shard, hosted) in &mut self.hosted {
+            for (key, slot) in &mut hosted.entities {
+                if let Slot::Active { entity, last_used } = slot {
+                    if now.saturating_duration_since(*last_used) >= idle {
+                        entity.stop_after_queued();
+                        stopping.push((*shard, key.clone(), entity.stopped()));
+                        *slot = Slot::Stopping(VecDeque::new());
+                    }
+                }
+            }
+        }
+        for (shard, key, stopped) in stopping {
+            self.start_task(
+                Box::pin(async move {
+                    stopped.await;
+                    Event::Passivated(shard, key)
+                }),
+                ctx,
+            );
+        }
+    }
+
+    fn on_passivated(&mut self, shard: ShardId, key: EntityKey, ctx: &mut Context<Self>) {
+        let Some(hosted) = self.hosted.get_mut(&shard) else {
+            return;
+        };
+        if !matches!(hosted.entities.get(&key), Some(Slot::Stopping(_))) {
+            return;
+        }
+        let Some(Slot::Stopping(queue)) = hosted.entities.remove(&key) else {
+            return;
+        };
+        // What waited makes the next activation, in order.
+        for p in queue {
+            self.route(p, ctx);
+        }
+    }
+
+    /// Hands off every shard, then lets the store and membership go.
+    fn leave(&mut self, ctx: &mut Context<Self>) {
+        let shards: Vec<(ShardId, u64)> = self.hosted.iter().map(|(s, h)| (*s, h.epoch)).collect();
+        let mut stopped = Vec::new();
+        for (shard, _) in &shards {
+            let Some(hosted) = self.hosted.remove(shard) else {
+                continue;
+            };
+            for (_, slot) in hosted.entities {
+                match slot {
+                    Slot::Active { entity, .. } => {
+                        entity.stop_after_queued();
+                        stopped.push(entity.stopped());
+                    }
+                    Slot::Stopping(queue) => self.requeue(*shard, queue),
+                }
+            }
+        }
+        let store = self.setup.store.clone();
+        let key = self.key.clone();
+        self.start_task(
+            Box::pin(async move {
+                for s in stopped {
+                    s.await;
+                }
+                Event::Left(store.leave(&key).await)
+            }),
+            ctx,
+        );
+    }
+
+    fn status(&self, ctx: &Context<Self>) -> RegionStatus {
+        let now = ctx.now();
+        RegionStatus {
+            node: self.key.clone(),
+            lease_valid: self.setup.lease.is_valid(now),
+            lease_left: self
+                .setup
+                .lease
+                .valid_until()
+                .map(|u| u.saturating_duration_since(now)),
+            leaving: self.leaving,
+            members: self.members.keys().cloned().collect(),
+            shards: self.hosted.iter().map(|(s, h)| (*s, h.epoch)).collect(),
+            entities: self.hosted.values().map(|h| h.entities.len()).sum(),
+            waiting: self.waiting_len,
         }
     }
 
@@ -561,7 +778,7 @@ impl Region {
                 let _ = region.tell(routed);
             }
             Some(reply) => {
-                let asked = region.ask(routed);
+                let asked = region.ask(routed).timeout(ENTITY_ASK_LIMIT);
                 self.start_task(
                     Box::pin(async move {
                         let answer = match asked.await {
@@ -609,11 +826,27 @@ impl Region {
             } => self.on_renewed(sent_at, renewed, view, ctx),
             Event::Claimed(shard, result) => self.on_claimed(shard, result, ctx),
             Event::Released(shard) => {
+                tracing::info!(target: "troubadour::cluster", shard = shard.get(), "shard handed off");
                 self.in_flight.remove(&shard);
             }
             Event::Found(key, found) => self.on_found(key, found, ctx),
             Event::Answered(reply, answer) => {
                 let _ = reply.send(answer);
+            }
+            Event::Passivated(shard, key) => self.on_passivated(shard, key, ctx),
+            Event::Left(result) => {
+                if result.is_ok() {
+                    self.left = true;
+                    self.setup.lease.lost();
+                } else {
+                    // Try again at the next leave; keep the lease meanwhile.
+                    self.leaving = false;
+                }
+                for reply in std::mem::take(&mut self.leave_waiters) {
+                    let _ = reply.send(result.clone());
+                }
+                // Read the store on: what waits here goes to the new owners.
+                self.renew(ctx);
             }
         }
     }
@@ -623,6 +856,41 @@ impl Actor for Region {
     fn started(&mut self, ctx: &mut Context<Self>) {
         self.renew(ctx);
         ctx.send_interval(self.setup.lease.renew_every(), Tick);
+        if let Some(idle) = self.setup.passivate_after {
+            // An idle entity is passivated between `idle` and 1.25 × `idle`
+            // after its last message.
+            ctx.send_interval((idle / 4).max(Duration::from_millis(100)), Sweep);
+        }
+    }
+}
+
+impl Handler<Sweep> for Region {
+    fn handle(&mut self, _: Sweep, ctx: &mut Context<Self>) {
+        if let Some(idle) = self.setup.passivate_after {
+            self.passivate_idle(idle, ctx);
+        }
+    }
+}
+
+impl Handler<LeaveCluster> for Region {
+    fn handle(&mut self, _: LeaveCluster, ctx: &mut Context<Self>) -> Result<(), LeaseError> {
+        if self.left {
+            return Ok(());
+        }
+        if let Some(reply) = ctx.defer_reply::<LeaveCluster>() {
+            self.leave_waiters.push(reply);
+        }
+        if !self.leaving {
+            self.leaving = true;
+            self.leave(ctx);
+        }
+        Ok(())
+    }
+}
+
+impl Handler<Status> for Region {
+    fn handle(&mut self, _: Status, ctx: &mut Context<Self>) -> RegionStatus {
+        self.status(ctx)
     }
 }
 

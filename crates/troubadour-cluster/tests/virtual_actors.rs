@@ -103,6 +103,7 @@ impl Entity for Counter {
     fn messages(m: &mut EntityMessages<Self>) {
         m.handle::<Add>()
             .handle::<WhereAreYou>()
+            .handle::<StopYourself>()
             .handle_async::<Slow>();
     }
 }
@@ -120,6 +121,7 @@ fn start_node(
     store: &Arc<MemoryLeaseStore>,
     activations: &Activations,
     alive: &AliveLog,
+    passivate: Option<Duration>,
 ) -> Cluster {
     let activations = activations.clone();
     let alive = alive.clone();
@@ -127,6 +129,7 @@ fn start_node(
     let builder = Cluster::builder(store.clone() as Arc<dyn LeaseStore>)
         .shards(ShardCount::new(64).unwrap())
         .lease(TTL, S)
+        .passivate_after(passivate)
         .membership(MembershipConfig::expected_size(3).seed(net.seed() * 7 + i as u64))
         .entity::<Counter>(move |id| {
             activations
@@ -146,6 +149,12 @@ fn start_node(
 }
 
 fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
+    cluster_with(net, n, None)
+}
+
+/// `n` nodes joined through node 0, entities passivated after
+/// `passivate`, run until placement has settled.
+fn cluster_with(net: &mut SimNetwork, n: usize, passivate: Option<Duration>) -> TestCluster {
     let store = Arc::new(MemoryLeaseStore::with_clock(net.clock()).recording());
     let activations: Activations = Arc::default();
     let alive: AliveLog = Arc::default();
@@ -153,7 +162,7 @@ fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
         net.node(&format!("n{i}"), with_cluster);
     }
     let clusters: Vec<Cluster> = (0..n)
-        .map(|i| start_node(net, i, &store, &activations, &alive))
+        .map(|i| start_node(net, i, &store, &activations, &alive, passivate))
         .collect();
     let seed = net.system(0).node();
     for c in &clusters[1..] {
@@ -341,7 +350,7 @@ fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
             assert_eq!(got, Ok(1));
         }
         let joiner = net.node("n2", with_cluster);
-        let c = start_node(net, joiner, &t.store, &t.activations, &t.alive);
+        let c = start_node(net, joiner, &t.store, &t.activations, &t.alive, None);
         c.membership().join([net.system(0).node()]);
         t.clusters.push(c);
         // Every entity is busy for a minute while shards move to the
@@ -383,5 +392,118 @@ fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
         for id in &ids {
             assert_eq!(alive.most[id], 1, "{id} was active on two nodes at once");
         }
+    });
+}
+
+// ---- passivation, self-stop, leave, status ---------------------------------
+
+/// Stops itself.
+#[derive(Debug, Serialize, Deserialize)]
+struct StopYourself;
+impl Message for StopYourself {
+    type Reply = ();
+}
+impl RemoteMessage for StopYourself {
+    const NAME: &'static str = "va-test.StopYourself";
+}
+impl Handler<StopYourself> for Counter {
+    fn handle(&mut self, _: StopYourself, ctx: &mut Context<Self>) {
+        ctx.stop();
+    }
+}
+
+fn alive_now(t: &TestCluster, id: &str) -> usize {
+    t.alive.lock().unwrap().now.get(id).copied().unwrap_or(0)
+}
+
+fn made(t: &TestCluster, id: &str) -> usize {
+    t.activations.lock().unwrap().get(id).map_or(0, Vec::len)
+}
+
+#[test]
+fn an_idle_entity_is_passivated_and_made_again_on_its_next_message() {
+    simulate_network(seeds(10), |net| {
+        let t = cluster_with(net, 3, Some(10 * S));
+        let e = t.clusters[0].entity::<Counter>("sleepy");
+        assert_eq!(net.block_on(e.ask(Add(3)).timeout(30 * S)), Ok(3));
+        assert_eq!(alive_now(&t, "sleepy"), 1);
+        // Idle for 10 s, swept every 2.5 s: stopped by 12.5 s.
+        net.run_for(13 * S);
+        assert_eq!(alive_now(&t, "sleepy"), 0, "not passivated");
+        assert_eq!(made(&t, "sleepy"), 1);
+        // The next message makes it again, from its factory.
+        assert_eq!(net.block_on(e.ask(Add(1)).timeout(30 * S)), Ok(1));
+        assert_eq!(made(&t, "sleepy"), 2);
+    });
+}
+
+#[test]
+fn what_is_sent_while_an_entity_passivates_waits_for_its_next_activation() {
+    simulate_network(seeds(10), |net| {
+        let t = cluster_with(net, 3, Some(10 * S));
+        let e = t.clusters[1].entity::<Counter>("busy");
+        // Twenty seconds of work: the sweep finds it idle (nothing sent
+        // for 10 s) while it is still working, and passivates it: it
+        // finishes the work, then stops.
+        e.tell(Slow(20)).unwrap();
+        net.run_for(13 * S);
+        for _ in 0..5 {
+            e.tell(Add(1)).unwrap();
+        }
+        // All five reach the next activation, none the dead letters.
+        assert_eq!(net.block_on(e.ask(Add(0)).timeout(60 * S)), Ok(5));
+        assert_eq!(made(&t, "busy"), 2);
+        assert_eq!(t.alive.lock().unwrap().most["busy"], 1);
+    });
+}
+
+#[test]
+fn an_entity_that_stopped_itself_gets_later_messages_in_its_next_activation() {
+    simulate_network(seeds(10), |net| {
+        let t = cluster_with(net, 3, None);
+        let e = t.clusters[2].entity::<Counter>("quitter");
+        assert_eq!(net.block_on(e.ask(Add(7)).timeout(30 * S)), Ok(7));
+        e.tell(StopYourself).unwrap();
+        net.run_for(S);
+        assert_eq!(alive_now(&t, "quitter"), 0);
+        assert_eq!(net.block_on(e.ask(Add(1)).timeout(30 * S)), Ok(1));
+        assert_eq!(made(&t, "quitter"), 2);
+    });
+}
+
+#[test]
+fn a_node_that_leaves_hands_its_shards_over_within_a_second() {
+    simulate_network(seeds(10), |net| {
+        let t = cluster_with(net, 3, None);
+        // An entity on node 2, asked from node 0.
+        let id = (0..)
+            .map(|i| format!("leaver{i}"))
+            .find(|id| {
+                let e = t.clusters[0].entity::<Counter>(id.clone());
+                net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap() == "n2"
+            })
+            .unwrap();
+        let e = t.clusters[0].entity::<Counter>(id.clone());
+        assert_eq!(net.block_on(e.ask(Add(2)).timeout(30 * S)), Ok(2));
+        let before = net.block_on(t.clusters[2].status()).unwrap();
+        assert!(!before.shards.is_empty() && before.entities >= 1);
+        let started = net.now();
+        net.block_on(t.clusters[2].leave()).unwrap();
+        let answered = net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
+        let handoff = net.now() - started;
+        assert_ne!(answered, "n2");
+        assert!(handoff <= S, "the handoff took {handoff:?}");
+        let after = net.block_on(t.clusters[2].status()).unwrap();
+        assert!(
+            after.leaving && after.shards.is_empty() && !after.lease_valid,
+            "{after:?}"
+        );
+        // Never two at once, and the store gave every shard a new owner.
+        assert_eq!(t.alive.lock().unwrap().most[&id], 1);
+        let view = net.block_on(t.store.view()).unwrap();
+        assert!(view
+            .assignments
+            .iter()
+            .all(|a| a.owner.as_ref().is_some_and(|o| o.name != "n2")));
     });
 }
