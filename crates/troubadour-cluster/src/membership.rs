@@ -390,7 +390,7 @@ impl Runtime<MemberId> for Effects<'_> {
         // A node that cannot be reached is a lost packet to SWIM, which
         // probes, suspects and declares down from exactly that.
         if let (Some(channel), Some(node)) = (self.channel, to.node()) {
-            let _ = channel.send(&node, data);
+            let _ = channel.send_at(&node, to.addr, data);
         }
     }
 

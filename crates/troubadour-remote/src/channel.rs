@@ -91,6 +91,19 @@ impl ControlChannel {
     /// it does not wait and gives no receipt: a connection lost before it
     /// went out loses it.
     pub fn send(&self, to: &NodeId, payload: &[u8]) -> Result<(), ChannelError> {
+        self.send_at(to, None, payload)
+    }
+
+    /// [`send`](Self::send), telling the remote layer where `to` listens
+    /// (as a membership protocol knows it): the node can then be dialled,
+    /// and reached by lookups, even when its `NodeId` carries no address
+    /// (it was first met on a connection it made).
+    pub fn send_at(
+        &self,
+        to: &NodeId,
+        listens_at: Option<std::net::SocketAddr>,
+        payload: &[u8],
+    ) -> Result<(), ChannelError> {
         let shared = self.shared.upgrade().ok_or(ChannelError::Closed)?;
         if shared.is_shut() {
             return Err(ChannelError::Closed);
@@ -103,7 +116,7 @@ impl ControlChannel {
             return Err(ChannelError::NodeDown(to.clone()));
         }
         let link = shared.link_for(to);
-        if let Some(addr) = to.address() {
+        if let Some(addr) = listens_at.or(to.address()) {
             link.set_dial(addr);
         }
         let peer = link

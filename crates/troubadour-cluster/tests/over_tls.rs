@@ -1,0 +1,183 @@
+//! The cluster over real sockets: three nodes in one process on loopback,
+//! mutual TLS, real time. The same code as the simulation, with tokio's
+//! sockets and timers under it: entities reached from every node, made
+//! once, and served again from another node after one node leaves.
+
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Duration;
+use troubadour::prelude::*;
+use troubadour_cluster::{
+    with_cluster, Cluster, Entity, EntityMessages, LeaseStore, MembershipConfig, MemoryLeaseStore,
+    ShardCount,
+};
+use troubadour_remote::dev_certs::DevCa;
+use troubadour_remote::{Remote, RemoteMessage, Security};
+
+const GUARD: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = u64;
+}
+impl RemoteMessage for Add {
+    const NAME: &'static str = "tls-test.Add";
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct WhereAreYou;
+impl Message for WhereAreYou {
+    type Reply = String;
+}
+impl RemoteMessage for WhereAreYou {
+    const NAME: &'static str = "tls-test.WhereAreYou";
+}
+
+struct Counter(u64);
+impl Actor for Counter {}
+impl Handler<Add> for Counter {
+    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 {
+        self.0 += n;
+        self.0
+    }
+}
+impl Handler<WhereAreYou> for Counter {
+    fn handle(&mut self, _: WhereAreYou, ctx: &mut Context<Self>) -> String {
+        ctx.system().node().name().to_string()
+    }
+}
+impl Entity for Counter {
+    const KIND: &'static str = "counter";
+    fn messages(m: &mut EntityMessages<Self>) {
+        m.handle::<Add>().handle::<WhereAreYou>();
+    }
+}
+
+struct Node {
+    system: ActorSystem,
+    remote: Remote,
+    cluster: Cluster,
+}
+
+fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>) -> Node {
+    let system = ActorSystem::builder().name(name).build();
+    let remote = system
+        .block_on(
+            with_cluster(Remote::builder(
+                "tls-cluster",
+                Security::Tls(ca.tls(name).unwrap()),
+            ))
+            .listen("127.0.0.1:0".parse().unwrap())
+            .start(&system),
+        )
+        .unwrap();
+    let starting = Cluster::builder(store.clone() as Arc<dyn LeaseStore>)
+        .shards(ShardCount::new(32).unwrap())
+        .lease(Duration::from_secs(3), Duration::from_millis(300))
+        .membership(
+            MembershipConfig::expected_size(3)
+                .probe_period(Duration::from_millis(200))
+                .probe_rtt(Duration::from_millis(100))
+                .suspect_to_down_after(Duration::from_secs(1)),
+        )
+        .entity::<Counter>(|_| Counter(0))
+        .start(&system, &remote);
+    let cluster = system.block_on(starting).unwrap();
+    Node {
+        system,
+        remote,
+        cluster,
+    }
+}
+
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < GUARD, "hang guard: {what} never held");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn entities_work_across_three_nodes_over_tls_and_move_when_a_node_leaves() {
+    let ca = DevCa::new("cluster test CA").unwrap();
+    let store = Arc::new(MemoryLeaseStore::new());
+    let nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|n| node(&ca, n, &store))
+        .collect();
+    let seed = nodes[0].remote.local_addr().unwrap();
+    for n in &nodes[1..] {
+        let found = n
+            .system
+            .block_on(n.cluster.membership().join_addresses(&n.remote, &[seed]));
+        assert_eq!(found, 1);
+    }
+    eventually(
+        "every shard has an owner and every node is a member",
+        || {
+            let view = nodes[0].system.block_on(store.view()).unwrap();
+            view.assignments.iter().all(|a| a.owner.is_some())
+                && nodes
+                    .iter()
+                    .all(|n| n.cluster.membership().members().len() == 3)
+        },
+    );
+    // One counter, asked from every node: one instance answers all.
+    let mut expected = 0;
+    for _ in 0..3 {
+        for n in &nodes {
+            expected += 1;
+            let got = n
+                .cluster
+                .entity::<Counter>("shared")
+                .ask(Add(1))
+                .timeout(GUARD)
+                .wait();
+            assert_eq!(got, Ok(expected));
+        }
+    }
+    // Many entities spread over the nodes.
+    let mut hosts = std::collections::BTreeSet::new();
+    for i in 0..40 {
+        let e = nodes[i % 3].cluster.entity::<Counter>(format!("e{i}"));
+        assert_eq!(e.ask(Add(2)).timeout(GUARD).wait(), Ok(2));
+        hosts.insert(e.ask(WhereAreYou).timeout(GUARD).wait().unwrap());
+    }
+    assert_eq!(hosts.len(), 3, "{hosts:?}");
+    // The node hosting "shared" leaves: it is served again elsewhere.
+    let host = nodes[0]
+        .cluster
+        .entity::<Counter>("shared")
+        .ask(WhereAreYou)
+        .timeout(GUARD)
+        .wait()
+        .unwrap();
+    let leaver = nodes
+        .iter()
+        .position(|n| n.system.node().name() == host)
+        .unwrap();
+    nodes[leaver]
+        .system
+        .block_on(nodes[leaver].cluster.leave())
+        .unwrap();
+    let asker = &nodes[(leaver + 1) % 3];
+    let mut answered = None;
+    eventually("the entity answers from another node", || {
+        let got = asker
+            .cluster
+            .entity::<Counter>("shared")
+            .ask(WhereAreYou)
+            .timeout(Duration::from_secs(5))
+            .wait();
+        answered = got.ok();
+        answered.is_some()
+    });
+    assert_ne!(answered.unwrap(), host);
+    let status = nodes[leaver]
+        .system
+        .block_on(nodes[leaver].cluster.status())
+        .unwrap();
+    assert!(status.leaving && status.shards.is_empty(), "{status:?}");
+}
