@@ -64,8 +64,9 @@ impl ClusterBuilder {
         self
     }
 
-    /// At most this many shards move away from a live node per tick when
-    /// membership changes (default 16); shards of a lost node move at once.
+    /// At most this many shards with active entities move away from a
+    /// live node per tick when membership changes (default 16); shards
+    /// with none, and shards of a lost node, move at once.
     pub fn rebalance_limit(mut self, k: usize) -> Self {
         self.rebalance_limit = k.max(1);
         self
@@ -327,6 +328,7 @@ impl Cluster {
                 .collect(),
             entities: s.entities,
             waiting: s.waiting,
+            balanced: s.balanced,
         })
     }
 }
@@ -355,6 +357,10 @@ pub struct ClusterStatus {
     pub entities: usize,
     /// Messages waiting for a shard's owner to be known.
     pub waiting: usize,
+    /// Whether the shards this node owns are the ones placement gives it
+    /// over the live members (no shard to claim or hand over): a cluster
+    /// whose nodes are all balanced has settled.
+    pub balanced: bool,
 }
 
 /// A hosted shard. See [`ClusterStatus`].

@@ -143,6 +143,8 @@ pub(crate) struct Region {
     leaving: bool,
     leave_waiters: Vec<DeferredReply<Result<(), LeaseError>>>,
     left: bool,
+    /// The last view needed no move to or from this node.
+    balanced: bool,
 }
 
 /// Renew the lease and read the store now.
@@ -179,6 +181,7 @@ pub(crate) struct RegionStatus {
     pub shards: Vec<(ShardId, u64)>,
     pub entities: usize,
     pub waiting: usize,
+    pub balanced: bool,
 }
 
 /// Read the store again for the shards messages wait on.
@@ -212,6 +215,7 @@ impl Region {
             leaving: false,
             leave_waiters: Vec::new(),
             left: false,
+            balanced: false,
         }
     }
 
@@ -366,21 +370,32 @@ impl Region {
             })
             .collect();
         let names: Vec<String> = live.iter().map(|k| k.name.clone()).collect();
-        for m in placement::plan(
-            self.setup.shards,
-            &current,
-            &names,
-            self.setup.rebalance_limit,
-        ) {
+        // Every move placement wants; the limit is applied below, to
+        // shards with active entities only: handing over an empty shard
+        // stops nothing, so a cluster that is starting (every shard claimed
+        // by the first node up) spreads out in one round.
+        let mut busy_releases = 0;
+        let moves = placement::plan(self.setup.shards, &current, &names, usize::MAX);
+        self.balanced = !moves
+            .iter()
+            .any(|m| m.to == self.key.name || m.from.as_deref() == Some(self.key.name.as_str()));
+        for m in moves {
             if self.in_flight.contains_key(&m.shard) {
                 continue;
             }
             let a = &view.assignments[m.shard.get() as usize];
             if m.to == self.key.name && m.from.is_none() && !self.leaving {
                 self.claim(m.shard, a.epoch, ctx);
-            } else if m.from.as_deref() == Some(self.key.name.as_str())
-                && self.hosted.contains_key(&m.shard)
-            {
+            } else if m.from.as_deref() == Some(self.key.name.as_str()) {
+                let Some(hosted) = self.hosted.get(&m.shard) else {
+                    continue;
+                };
+                if !hosted.entities.is_empty() {
+                    if busy_releases == self.setup.rebalance_limit {
+                        continue;
+                    }
+                    busy_releases += 1;
+                }
                 self.release(m.shard, a.epoch, ctx);
             }
         }
@@ -745,6 +760,7 @@ impl Region {
             shards: self.hosted.iter().map(|(s, h)| (*s, h.epoch)).collect(),
             entities: self.hosted.values().map(|h| h.entities.len()).sum(),
             waiting: self.waiting_len,
+            balanced: self.balanced && self.in_flight.is_empty(),
         }
     }
 
