@@ -125,6 +125,15 @@ impl MemoryLeaseStore {
         })
     }
 
+    fn assignment(state: &State, shard: ShardId) -> Result<Assignment, LeaseError> {
+        Self::joined(state)?;
+        state
+            .assignments
+            .get(shard.get() as usize)
+            .cloned()
+            .ok_or(LeaseError::NoSuchShard(shard))
+    }
+
     fn is_leased(state: &State, node: &NodeKey, now: Instant) -> bool {
         state.leases.get(node).is_some_and(|until| now < *until)
     }
@@ -201,12 +210,7 @@ impl MemoryLeaseStore {
     fn do_claim(&self, shard: ShardId, by: &NodeKey, seen: u64) -> Result<Assignment, LeaseError> {
         let now = (self.clock)();
         let mut s = self.lock();
-        Self::joined(&s)?;
-        let current = s
-            .assignments
-            .get(shard.get() as usize)
-            .cloned()
-            .ok_or(LeaseError::NoSuchShard(shard))?;
+        let current = Self::assignment(&s, shard)?;
         if !Self::is_leased(&s, by, now) {
             return Err(LeaseError::NotLeased(by.clone()));
         }
@@ -239,12 +243,7 @@ impl MemoryLeaseStore {
     ) -> Result<Assignment, LeaseError> {
         let now = (self.clock)();
         let mut s = self.lock();
-        Self::joined(&s)?;
-        let current = s
-            .assignments
-            .get(shard.get() as usize)
-            .cloned()
-            .ok_or(LeaseError::NoSuchShard(shard))?;
+        let current = Self::assignment(&s, shard)?;
         if current.epoch != epoch || current.owner.as_ref() != Some(by) {
             return Err(LeaseError::Conflict(current));
         }

@@ -20,6 +20,8 @@
 //! their reply: the entity's answer comes back through the regions.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
@@ -321,6 +323,26 @@ impl Region {
         }
     }
 
+    /// Stops hosting `shard` for a handoff: its entities finish what they
+    /// were sent and stop (the futures resolve then); what waited on a
+    /// passivating one waits for the next owner.
+    fn hand_over(&mut self, shard: ShardId) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let mut stopped = Vec::new();
+        let Some(hosted) = self.hosted.remove(&shard) else {
+            return stopped;
+        };
+        for (_, slot) in hosted.entities {
+            match slot {
+                Slot::Active { entity, .. } => {
+                    entity.stop_after_queued();
+                    stopped.push(entity.stopped());
+                }
+                Slot::Stopping(queue) => self.requeue(shard, queue),
+            }
+        }
+        stopped
+    }
+
     /// Messages that were waiting on an entity go back to wait for the
     /// shard's owner, ahead of anything that came later.
     fn requeue(&mut self, shard: ShardId, queue: VecDeque<Pending>) {
@@ -482,19 +504,10 @@ impl Region {
     /// next owner's entities never run beside these. What arrives for the
     /// shard meanwhile waits for the next owner.
     fn release(&mut self, shard: ShardId, epoch: u64, ctx: &mut Context<Self>) {
-        let Some(hosted) = self.hosted.remove(&shard) else {
+        if !self.hosted.contains_key(&shard) {
             return;
-        };
-        let mut stopped = Vec::new();
-        for (_, slot) in hosted.entities {
-            match slot {
-                Slot::Active { entity, .. } => {
-                    entity.stop_after_queued();
-                    stopped.push(entity.stopped());
-                }
-                Slot::Stopping(queue) => self.requeue(shard, queue),
-            }
         }
+        let stopped = self.hand_over(shard);
         self.in_flight.insert(shard, ());
         let store = self.setup.store.clone();
         let key = self.key.clone();
@@ -716,22 +729,8 @@ impl Region {
 
     /// Hands off every shard, then lets the store and membership go.
     fn leave(&mut self, ctx: &mut Context<Self>) {
-        let shards: Vec<(ShardId, u64)> = self.hosted.iter().map(|(s, h)| (*s, h.epoch)).collect();
-        let mut stopped = Vec::new();
-        for (shard, _) in &shards {
-            let Some(hosted) = self.hosted.remove(shard) else {
-                continue;
-            };
-            for (_, slot) in hosted.entities {
-                match slot {
-                    Slot::Active { entity, .. } => {
-                        entity.stop_after_queued();
-                        stopped.push(entity.stopped());
-                    }
-                    Slot::Stopping(queue) => self.requeue(*shard, queue),
-                }
-            }
-        }
+        let shards: Vec<ShardId> = self.hosted.keys().copied().collect();
+        let stopped: Vec<_> = shards.into_iter().flat_map(|s| self.hand_over(s)).collect();
         let store = self.setup.store.clone();
         let key = self.key.clone();
         self.start_task(

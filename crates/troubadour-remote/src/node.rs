@@ -749,22 +749,7 @@ impl Remote {
         name: &str,
     ) -> Result<ActorRef<A>, LookupError> {
         let peer = self.peer(addr).await.map_err(LookupError::Connect)?;
-        let serial = peer
-            .lookup(name, A::NAME, self.shared.config.lookup_timeout)
-            .await
-            .map_err(|reason| {
-                if peer.is_lost() || reason.starts_with("no answer") {
-                    LookupError::NoAnswer(reason)
-                } else {
-                    LookupError::NotFound(reason)
-                }
-            })?;
-        let id = troubadour::ActorId::on(&peer.node, serial).ok_or_else(|| {
-            LookupError::NotFound(format!(
-                "the node answered with an invalid actor number {serial}"
-            ))
-        })?;
-        Ok(proxy::<A>(&self.shared.system, id, peer.route()))
+        lookup_on::<A>(&self.shared, &peer, name, self.shared.config.lookup_timeout).await
     }
 
     /// A handle that looks actors up on nodes already known by their
@@ -859,23 +844,34 @@ impl NodeLookup {
         } else {
             shared.config.lookup_timeout
         };
-        let serial = peer
-            .lookup(name, A::NAME, timeout)
-            .await
-            .map_err(|reason| {
-                if peer.is_lost() || reason.starts_with("no answer") {
-                    LookupError::NoAnswer(reason)
-                } else {
-                    LookupError::NotFound(reason)
-                }
-            })?;
-        let id = troubadour::ActorId::on(&peer.node, serial).ok_or_else(|| {
-            LookupError::NotFound(format!(
-                "the node answered with an invalid actor number {serial}"
-            ))
-        })?;
-        Ok(proxy::<A>(&shared.system, id, peer.route()))
+        lookup_on::<A>(&shared, &peer, name, timeout).await
     }
+}
+
+/// Asks the node at the other end of `peer` for the actor it exposes as
+/// `name`, and makes its proxy.
+async fn lookup_on<A: RemoteActor>(
+    shared: &Shared,
+    peer: &Arc<Peer>,
+    name: &str,
+    timeout: Duration,
+) -> Result<ActorRef<A>, LookupError> {
+    let serial = peer
+        .lookup(name, A::NAME, timeout)
+        .await
+        .map_err(|reason| {
+            if peer.is_lost() || reason.starts_with("no answer") {
+                LookupError::NoAnswer(reason)
+            } else {
+                LookupError::NotFound(reason)
+            }
+        })?;
+    let id = troubadour::ActorId::on(&peer.node, serial).ok_or_else(|| {
+        LookupError::NotFound(format!(
+            "the node answered with an invalid actor number {serial}"
+        ))
+    })?;
+    Ok(proxy::<A>(&shared.system, id, peer.route()))
 }
 
 impl Drop for Remote {
