@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{
-    with_cluster, Cluster, Entity, EntityMessages, LeaseStore, MembershipConfig, MemoryLeaseStore,
-    ShardCount,
+    with_cluster, Assignment, Cluster, Entity, EntityMessages, LeaseError, LeaseStore,
+    MembershipConfig, MemoryLeaseStore, NodeKey, ShardCount, ShardId, StoreFuture, StoreView,
 };
 use troubadour_remote::RemoteMessage;
 use troubadour_testkit::{seeds, simulate_network, NodeIndex, SimNetwork};
@@ -505,5 +505,156 @@ fn a_node_that_leaves_hands_its_shards_over_within_a_second() {
             .assignments
             .iter()
             .all(|a| a.owner.as_ref().is_some_and(|o| o.name != "n2")));
+    });
+}
+
+// ---- the lease store out of reach -------------------------------------------
+
+/// One node's way to the shared store, which the test can cut: every
+/// operation then fails as an unreachable store does.
+struct Reachable {
+    store: Arc<MemoryLeaseStore>,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Reachable {
+    fn check(&self) -> Result<(), LeaseError> {
+        if self.cut.load(std::sync::atomic::Ordering::SeqCst) {
+            Err(LeaseError::Unavailable("cut off by the test".into()))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl LeaseStore for Reachable {
+    fn join(&self, shards: ShardCount) -> StoreFuture<'_, ()> {
+        match self.check() {
+            Ok(()) => self.store.join(shards),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn renew(&self, node: &NodeKey, ttl: Duration) -> StoreFuture<'_, ()> {
+        match self.check() {
+            Ok(()) => self.store.renew(node, ttl),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn leave(&self, node: &NodeKey) -> StoreFuture<'_, ()> {
+        match self.check() {
+            Ok(()) => self.store.leave(node),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn view(&self) -> StoreFuture<'_, StoreView> {
+        match self.check() {
+            Ok(()) => self.store.view(),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn claim(&self, shard: ShardId, by: &NodeKey, seen: u64) -> StoreFuture<'_, Assignment> {
+        match self.check() {
+            Ok(()) => self.store.claim(shard, by, seen),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+    fn release(&self, shard: ShardId, by: &NodeKey, epoch: u64) -> StoreFuture<'_, Assignment> {
+        match self.check() {
+            Ok(()) => self.store.release(shard, by, epoch),
+            Err(e) => Box::pin(std::future::ready(Err(e))),
+        }
+    }
+}
+
+/// A node that loses its way to the lease store stops its shards before
+/// its lease runs out in the store, and says so in its status; the others
+/// take the shards over once the store's lease has run out, and no entity
+/// is ever active on two nodes. Healed, the node serves again.
+#[test]
+fn a_node_cut_off_from_the_lease_store_stops_its_shards_before_others_take_them() {
+    simulate_network(seeds(10), |net| {
+        let store = Arc::new(MemoryLeaseStore::with_clock(net.clock()).recording());
+        let activations: Activations = Arc::default();
+        let alive: AliveLog = Arc::default();
+        let cuts: Vec<Arc<std::sync::atomic::AtomicBool>> =
+            (0..3).map(|_| Arc::default()).collect();
+        let mut clusters = Vec::new();
+        for (i, cut) in cuts.iter().enumerate() {
+            net.node(&format!("n{i}"), with_cluster);
+            let (activations, alive, name) = (activations.clone(), alive.clone(), format!("n{i}"));
+            let starting = Cluster::builder(Arc::new(Reachable {
+                store: store.clone(),
+                cut: cut.clone(),
+            }))
+            .shards(ShardCount::new(64).unwrap())
+            .lease(TTL, S)
+            .passivate_after(None)
+            .membership(MembershipConfig::expected_size(3).seed(net.seed() * 13 + i as u64))
+            .entity::<Counter>(move |id| {
+                activations
+                    .lock()
+                    .unwrap()
+                    .entry(id.to_string())
+                    .or_default()
+                    .push(name.clone());
+                Counter {
+                    id: id.to_string(),
+                    total: 0,
+                    alive: alive.clone(),
+                }
+            })
+            .start(net.system(i), net.remote(i));
+            clusters.push(net.block_on(starting).unwrap());
+        }
+        let seed = net.system(0).node();
+        for c in &clusters[1..] {
+            c.membership().join([seed.clone()]);
+        }
+        net.run_for(30 * S);
+        // An entity on node 1, asked from node 0.
+        let id = (0..)
+            .map(|i| format!("cut{i}"))
+            .find(|id| {
+                let e = clusters[0].entity::<Counter>(id.clone());
+                net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap() == "n1"
+            })
+            .unwrap();
+        let e = clusters[0].entity::<Counter>(id.clone());
+        assert_eq!(net.block_on(e.ask(Add(1)).timeout(30 * S)), Ok(1));
+        cuts[1].store(true, std::sync::atomic::Ordering::SeqCst);
+        // Within its lease (10 s, 1 s margin) node 1 has stopped serving.
+        net.run_for(TTL);
+        let status = net.block_on(clusters[1].status()).unwrap();
+        assert!(
+            !status.lease_valid && status.shards.is_empty() && status.entities == 0,
+            "{status:?}"
+        );
+        // The others serve the entity again (from a new activation).
+        let host = loop {
+            match net.block_on(e.ask(WhereAreYou).timeout(S)) {
+                Ok(host) => break host,
+                Err(AskError::Timeout(_) | AskError::ConnectionLost) => {}
+                Err(other) => panic!("{other}"),
+            }
+        };
+        assert_ne!(host, "n1");
+        assert_eq!(
+            alive.lock().unwrap().most[&id],
+            1,
+            "two activations at once"
+        );
+        // Healed, node 1 takes its place again.
+        cuts[1].store(false, std::sync::atomic::Ordering::SeqCst);
+        net.run_for(30 * S);
+        let status = net.block_on(clusters[1].status()).unwrap();
+        assert!(
+            status.lease_valid && !status.shards.is_empty(),
+            "{status:?}"
+        );
+        assert_eq!(
+            alive.lock().unwrap().most[&id],
+            1,
+            "two activations at once"
+        );
     });
 }
