@@ -19,7 +19,7 @@ use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed}
 use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
-use crate::region::{Kind, LeaveCluster, Region, RegionSetup, Status, REGION};
+use crate::region::{Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION};
 use crate::shard::ShardCount;
 
 /// Registers what the cluster sends between nodes with the remote layer:
@@ -425,10 +425,14 @@ impl<A: Entity> EntityRef<A> {
         A: Handles<M, K>,
     {
         let routed = self.routed(msg).map_err(SendError::Unregistered)?;
-        self.cluster.inner.region.tell(routed).map_err(|e| {
-            let body = e.into_message().body;
-            SendError::Stopped(*body.downcast::<M>().expect("the body sent"))
-        })
+        self.cluster
+            .inner
+            .region
+            .tell(LocalRouted(routed))
+            .map_err(|e| {
+                let body = e.into_message().0.body;
+                SendError::Stopped(*body.downcast::<M>().expect("the body sent"))
+            })
     }
 
     /// Asks the entity; the reply comes from wherever it lives. Ends with
@@ -441,7 +445,7 @@ impl<A: Entity> EntityRef<A> {
     {
         match self.routed(msg) {
             Ok(routed) => EntityAsk {
-                inner: Some(self.cluster.inner.region.ask(routed)),
+                inner: Some(self.cluster.inner.region.ask(LocalRouted(routed))),
                 _reply: PhantomData,
             },
             Err(_) => EntityAsk {

@@ -286,6 +286,28 @@ fn codec_named(name: &str) -> Option<&'static MessageCodec> {
         .copied()
 }
 
+/// A marker that travels a shard's stream of messages like any of them
+/// and is answered where the shard is hosted: once answered, everything a
+/// region sent for the shard before it has reached the shard's entities.
+/// A region sends one down the old path before it sends anything down a
+/// new one (a shard moved), so each sender's messages keep their order.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Flush;
+
+impl Message for Flush {
+    type Reply = ();
+}
+
+impl RemoteMessage for Flush {
+    const NAME: &'static str = "troubadour.cluster.Flush";
+}
+
+/// The flush marker's codec (registered on first use).
+pub(crate) fn flush_codec() -> &'static MessageCodec {
+    register_message::<Flush>().expect("the cluster's own name is taken by no user type");
+    codec_of::<Flush>().expect("registered above")
+}
+
 // ---- the envelope -----------------------------------------------------------
 
 /// An entity message on its way to the region of its shard's owner.

@@ -29,7 +29,8 @@ use troubadour::{DeferredReply, NodeId};
 use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
 
 use crate::entity::{
-    Answer, AnyEntity, Deliverers, Reply, Routed, Undelivered, WireAskError, ENTITY_ASK_LIMIT,
+    flush_codec, Answer, AnyEntity, Deliverers, Flush, MessageCodec, Reply, Routed, Undelivered,
+    WireAskError, ENTITY_ASK_LIMIT,
 };
 use crate::lease::{Assignment, LeaseError, LeaseStore, NodeKey, StoreView};
 use crate::local_lease::{LocalLease, Renewal};
@@ -68,6 +69,9 @@ pub(crate) struct RegionSetup {
 struct Pending {
     routed: Routed,
     reply: Option<DeferredReply<Answer>>,
+    /// Sent by this node's own code (not forwarded by another region):
+    /// this region is the one that keeps its order across a move.
+    local: bool,
 }
 
 impl Pending {
@@ -123,6 +127,8 @@ pub(crate) enum Event {
     Passivated(ShardId, EntityKey),
     /// Every shard was handed off and the store let the node go.
     Left(Result<(), LeaseError>),
+    /// The old path of a shard's messages has been flushed (or is gone).
+    Flushed(ShardId),
 }
 
 /// The region actor. See the [module docs](self).
@@ -147,6 +153,19 @@ pub(crate) struct Region {
     left: bool,
     /// The last view needed no move to or from this node.
     balanced: bool,
+    /// Where this region last sent each shard's messages.
+    sent_to: HashMap<ShardId, Target>,
+    /// Shards whose old path is being flushed: what is sent meanwhile
+    /// waits here, in order.
+    moving: HashMap<ShardId, VecDeque<Pending>>,
+    flush: &'static MessageCodec,
+}
+
+/// Where a region sends a shard's messages.
+#[derive(Clone, PartialEq, Eq)]
+enum Target {
+    Here,
+    Node(NodeKey),
 }
 
 /// Renew the lease and read the store now.
@@ -192,6 +211,12 @@ impl Message for Recheck {
     type Reply = ();
 }
 
+/// How long a region holds a moved shard's messages for the old path's
+/// flush before sending them on regardless: a live region answers in
+/// milliseconds; a dead one may not answer at all (a crashed node whose
+/// connection has not been seen to break), and failover must not wait.
+const FLUSH_LIMIT: Duration = Duration::from_secs(1);
+
 /// How soon the store is read again while messages wait for an owner.
 const RECHECK_WAITING: Duration = Duration::from_millis(200);
 impl Message for Tick {
@@ -218,6 +243,9 @@ impl Region {
             leave_waiters: Vec::new(),
             left: false,
             balanced: false,
+            sent_to: HashMap::new(),
+            moving: HashMap::new(),
+            flush: flush_codec(),
         }
     }
 
@@ -527,14 +555,108 @@ impl Region {
 
     fn route(&mut self, p: Pending, ctx: &mut Context<Self>) {
         let shard = self.setup.shards.shard_of(&p.routed.id);
-        if self.hosted.contains_key(&shard) && self.lease_valid(ctx) {
-            self.deliver(shard, p, ctx);
+        let here = self.hosted.contains_key(&shard) && self.lease_valid(ctx);
+        // What another region forwards to the shard's owner is in the order
+        // that region keeps (it flushed its own old path first): deliver
+        // it, even while this region holds its own senders' messages.
+        if here && !p.local {
+            return self.deliver(shard, p, ctx);
+        }
+        if let Some(held) = self.moving.get_mut(&shard) {
+            held.push_back(p);
             return;
         }
-        match self.owner_elsewhere(shard) {
-            Some((key, node)) => self.forward(key, node, p, ctx),
-            None => self.wait(shard, p, ctx),
+        // Nothing overtakes what already waits for the shard's owner.
+        if self.waiting.contains_key(&shard) {
+            return self.wait(shard, p, ctx);
         }
+        let (target, elsewhere) = if here {
+            (Target::Here, None)
+        } else {
+            match self.owner_elsewhere(shard) {
+                Some((key, node)) => (Target::Node(key.clone()), Some((key, node))),
+                None => return self.wait(shard, p, ctx),
+            }
+        };
+        // The shard moved since this region last sent it something: what
+        // went down the old path must arrive first. Flush it, and hold
+        // what comes meanwhile.
+        // (Also when the old node is no longer a member: one that left
+        // gracefully still forwards what reached it; for one that died the
+        // flush ends with the connection, or at its time limit.)
+        if let Some(Target::Node(old)) = self.sent_to.get(&shard) {
+            if Target::Node(old.clone()) != target {
+                let old = old.clone();
+                let id = p.routed.id.clone();
+                self.moving.insert(shard, VecDeque::from([p]));
+                self.flush_old_path(shard, old, id, ctx);
+                return;
+            }
+        }
+        self.sent_to.insert(shard, target);
+        match elsewhere {
+            None => self.deliver(shard, p, ctx),
+            Some((key, node)) => self.forward(key, node, p, ctx),
+        }
+    }
+
+    /// Sends a flush for `shard` down the path to `old` (see [`Flush`]).
+    fn flush_old_path(
+        &mut self,
+        shard: ShardId,
+        old: NodeKey,
+        id: String,
+        ctx: &mut Context<Self>,
+    ) {
+        let flush = Pending {
+            routed: Routed {
+                kind: String::new(),
+                id,
+                codec: self.flush,
+                body: Box::new(Flush),
+            },
+            reply: None,
+            local: true,
+        };
+        // Down the path the messages took: the region found for that node
+        // (with what still waits for it to be found, if it is being looked
+        // up). Without one, nothing went down that path any more.
+        match self.peers.get(&old) {
+            Some(_) => {
+                let node = NodeId::remote(&old.name, None, old.incarnation);
+                match node {
+                    Ok(node) => self.forward(old, node, flush, ctx),
+                    Err(_) => self.on_flushed(shard, ctx),
+                }
+            }
+            None => self.on_flushed(shard, ctx),
+        }
+    }
+
+    /// The old path is flushed: what was held goes on, in order.
+    fn on_flushed(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
+        self.sent_to.remove(&shard);
+        let held = self.moving.remove(&shard).unwrap_or_default();
+        for p in held {
+            self.route(p, ctx);
+        }
+    }
+
+    /// What waited for a region that cannot be reached: asks end with the
+    /// reason, tells are lost (at most once), a flush is done.
+    fn unreachable(&mut self, queue: VecDeque<Pending>, why: &str, ctx: &mut Context<Self>) {
+        for p in queue {
+            if self.is_own_flush(&p) {
+                let shard = self.setup.shards.shard_of(&p.routed.id);
+                self.on_flushed(shard, ctx);
+            } else {
+                p.fail(WireAskError::Unreachable(why.to_string()));
+            }
+        }
+    }
+
+    fn is_own_flush(&self, p: &Pending) -> bool {
+        std::ptr::eq(p.routed.codec, self.flush) && p.reply.is_none()
     }
 
     /// The live member that owns `shard`, if it is not this node.
@@ -595,14 +717,38 @@ impl Region {
         for shard in ready {
             let queue = self.waiting.remove(&shard).unwrap_or_default();
             self.waiting_len -= queue.len();
-            for p in queue {
+            let mut queue = queue.into_iter();
+            while let Some(p) = queue.next() {
                 self.route(p, ctx);
+                // Routing can make the shard wait again (a flush of its
+                // old path): the rest waits behind, in order.
+                if self.waiting.contains_key(&shard) || self.moving.contains_key(&shard) {
+                    for rest in queue.by_ref() {
+                        match self.moving.get_mut(&shard) {
+                            Some(held) => held.push_back(rest),
+                            None => self.wait(shard, rest, ctx),
+                        }
+                    }
+                }
             }
         }
         self.arm_recheck(ctx);
     }
 
     fn deliver(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
+        if std::ptr::eq(p.routed.codec, self.flush) {
+            // Everything sent before it is in the entities' mailboxes.
+            match p.reply {
+                Some(reply) => {
+                    let _ = reply.send(Answer(Ok(Reply {
+                        codec: self.flush,
+                        body: Box::new(()),
+                    })));
+                }
+                None => self.on_flushed(shard, ctx),
+            }
+            return;
+        }
         let Some(kind) = self.setup.kinds.get(p.routed.kind.as_str()) else {
             let why = WireAskError::UnknownKind(p.routed.kind.clone());
             return p.fail(why);
@@ -642,7 +788,11 @@ impl Region {
         let Some(Slot::Active { entity, .. }) = hosted.entities.get(&key) else {
             unreachable!("made active above");
         };
-        let Pending { routed, reply } = p;
+        let Pending {
+            routed,
+            reply,
+            local,
+        } = p;
         let codec = routed.codec;
         let refused = match reply {
             None => match (deliver.tell)(entity, routed.body) {
@@ -679,7 +829,15 @@ impl Region {
                 codec,
                 body,
             };
-            self.deliver(shard, Pending { routed, reply }, ctx);
+            self.deliver(
+                shard,
+                Pending {
+                    routed,
+                    reply,
+                    local,
+                },
+                ctx,
+            );
         }
     }
 
@@ -786,7 +944,24 @@ impl Region {
     }
 
     fn send_to(&mut self, region: &ActorRef<Region>, p: Pending, ctx: &mut Context<Self>) {
-        let Pending { routed, reply } = p;
+        if self.is_own_flush(&p) {
+            let shard = self.setup.shards.shard_of(&p.routed.id);
+            let asked = region.ask(p.routed).timeout(FLUSH_LIMIT);
+            // Answered, or the path is gone (the connection was lost):
+            // either way nothing more will come down it. Past the limit
+            // (two moves of one shard in opposite directions at once can
+            // hold each other's flush) the held messages go on anyway:
+            // order may then break, nothing hangs.
+            self.start_task(
+                Box::pin(async move {
+                    let _ = asked.await;
+                    Event::Flushed(shard)
+                }),
+                ctx,
+            );
+            return;
+        }
+        let Pending { routed, reply, .. } = p;
         match reply {
             None => {
                 // Lost with the connection if it breaks: at most once.
@@ -824,11 +999,7 @@ impl Region {
                     self.send_to(&region, p, ctx);
                 }
             }
-            Err(e) => {
-                for p in queue {
-                    p.fail(WireAskError::Unreachable(e.to_string()));
-                }
-            }
+            Err(e) => self.unreachable(queue, &e.to_string(), ctx),
         }
     }
 
@@ -849,6 +1020,7 @@ impl Region {
                 let _ = reply.send(answer);
             }
             Event::Passivated(shard, key) => self.on_passivated(shard, key, ctx),
+            Event::Flushed(shard) => self.on_flushed(shard, ctx),
             Event::Left(result) => {
                 if result.is_ok() {
                     self.left = true;
@@ -933,11 +1105,40 @@ impl Handler<Poll> for Region {
     }
 }
 
+/// An entity message from this node's own code (`EntityRef`).
+pub(crate) struct LocalRouted(pub Routed);
+impl Message for LocalRouted {
+    type Reply = Answer;
+}
+
+impl Handler<LocalRouted> for Region {
+    fn handle(&mut self, LocalRouted(routed): LocalRouted, ctx: &mut Context<Self>) -> Answer {
+        let reply = ctx.defer_reply::<LocalRouted>();
+        self.check_lease(ctx);
+        self.route(
+            Pending {
+                routed,
+                reply,
+                local: true,
+            },
+            ctx,
+        );
+        Answer(Err(WireAskError::Other("answered later".into())))
+    }
+}
+
 impl Handler<Routed> for Region {
     fn handle(&mut self, routed: Routed, ctx: &mut Context<Self>) -> Answer {
         let reply = ctx.defer_reply::<Routed>();
         self.check_lease(ctx);
-        self.route(Pending { routed, reply }, ctx);
+        self.route(
+            Pending {
+                routed,
+                reply,
+                local: false,
+            },
+            ctx,
+        );
         // The reply, if this was an ask, went with the deferred reply.
         Answer(Err(WireAskError::Other("answered later".into())))
     }
@@ -953,7 +1154,14 @@ impl Handler<MemberEvent> for Region {
             MemberEvent::Down(node) => {
                 let key = NodeKey::new(node.name(), node.incarnation());
                 self.members.remove(&key);
-                self.peers.remove(&key);
+                // A region already found stays: one that left still
+                // answers the flush of what was sent to it; for one that
+                // died, the flush ends with its connection or time limit.
+                if matches!(self.peers.get(&key), Some(Peer::Resolving(_))) {
+                    if let Some(Peer::Resolving(queue)) = self.peers.remove(&key) {
+                        self.unreachable(queue, "the node went down", ctx);
+                    }
+                }
             }
         }
         // A change of members changes placement: read the store now.

@@ -47,6 +47,10 @@ type Activations = Arc<Mutex<HashMap<String, Vec<String>>>>;
 struct Alive {
     now: HashMap<String, usize>,
     most: HashMap<String, usize>,
+    /// The last `Seq` number each entity got from each sender, across its
+    /// activations, and every one that did not follow it.
+    last_seq: HashMap<(String, u32), u64>,
+    disorder: Vec<String>,
 }
 type AliveLog = Arc<Mutex<Alive>>;
 
@@ -98,12 +102,38 @@ impl AsyncHandler<Slow> for Counter {
     }
 }
 
+/// Numbered messages from one sender: each must follow the last one the
+/// entity got from that sender, whichever activation got it.
+#[derive(Debug, Serialize, Deserialize)]
+struct Seq(u32, u64);
+impl Message for Seq {
+    type Reply = ();
+}
+impl RemoteMessage for Seq {
+    const NAME: &'static str = "va-test.Seq";
+}
+impl Handler<Seq> for Counter {
+    fn handle(&mut self, Seq(sender, n): Seq, ctx: &mut Context<Self>) {
+        let mut a = self.alive.lock().unwrap();
+        let last = a.last_seq.insert((self.id.clone(), sender), n);
+        let expected = last.map_or(0, |l| l + 1);
+        if n != expected {
+            let node = ctx.system().node().name().to_string();
+            a.disorder.push(format!(
+                "{} got {n} from {sender} after {last:?} on {node}",
+                self.id
+            ));
+        }
+    }
+}
+
 impl Entity for Counter {
     const KIND: &'static str = "counter";
     fn messages(m: &mut EntityMessages<Self>) {
         m.handle::<Add>()
             .handle::<WhereAreYou>()
             .handle::<StopYourself>()
+            .handle::<Seq>()
             .handle_async::<Slow>();
     }
 }
@@ -656,5 +686,62 @@ fn a_node_cut_off_from_the_lease_store_stops_its_shards_before_others_take_them(
             1,
             "two activations at once"
         );
+    });
+}
+
+/// Two senders number their messages to ten entities while a node joins
+/// and another leaves, moving shards both ways: every entity gets every
+/// sender's messages in the order sent, none lost, across its moves.
+#[test]
+fn each_senders_order_holds_across_moves() {
+    simulate_network(seeds(10), |net| {
+        let mut t = cluster(net, 3);
+        let ids: Vec<String> = (0..10).map(|i| format!("ordered{i}")).collect();
+        const ROUNDS: u64 = 100;
+        for round in 0..ROUNDS {
+            for id in &ids {
+                for sender in [0u32, 1] {
+                    let e = t.clusters[sender as usize].entity::<Counter>(id.clone());
+                    e.tell(Seq(sender, round)).unwrap();
+                }
+            }
+            net.run_for(S / 10);
+            if round == 20 {
+                let joiner = net.node("n3", with_cluster);
+                let c = start_node(net, joiner, &t.store, &t.activations, &t.alive, None);
+                c.membership().join([net.system(0).node()]);
+                t.clusters.push(c);
+            }
+            if round == 60 {
+                let leaving = t.clusters[2].clone();
+                net.block_on(leaving.leave()).unwrap();
+            }
+        }
+        // Each sender's last message is in once an ask after it is
+        // answered (its own order).
+        for id in &ids {
+            for sender in [0usize, 1] {
+                let e = t.clusters[sender].entity::<Counter>(id.clone());
+                net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
+            }
+        }
+        let alive = t.alive.lock().unwrap();
+        assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
+        for id in &ids {
+            for sender in [0u32, 1] {
+                assert_eq!(
+                    alive.last_seq.get(&(id.clone(), sender)),
+                    Some(&(ROUNDS - 1))
+                );
+            }
+        }
+        let moved = t
+            .activations
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|v| v.len() > 1)
+            .count();
+        assert!(moved > 0, "no entity moved: the test proved nothing");
     });
 }
