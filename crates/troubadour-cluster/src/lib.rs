@@ -28,6 +28,8 @@ mod local_lease;
 pub mod membership;
 mod memory_store;
 pub mod placement;
+#[cfg(feature = "postgres")]
+mod postgres_store;
 mod region;
 pub mod shard;
 mod tasks;
@@ -41,4 +43,6 @@ pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFut
 pub use local_lease::{LeaseConfigError, LocalLease, Renewal};
 pub use membership::{MemberEvent, Membership, MembershipConfig, MembershipError};
 pub use memory_store::{MemoryLeaseStore, StoreChange, StoreClock, StoreRecord};
+#[cfg(feature = "postgres")]
+pub use postgres_store::PostgresLeaseStore;
 pub use shard::{ShardCount, ShardId};

@@ -1,7 +1,8 @@
 //! The cluster over real sockets: three nodes in one process on loopback,
 //! mutual TLS, real time. The same code as the simulation, with tokio's
 //! sockets and timers under it: entities reached from every node, made
-//! once, and served again from another node after one node leaves.
+//! once, and served again from another node after one node leaves; with
+//! the in-memory lease store and with PostgreSQL.
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -9,8 +10,10 @@ use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{
     with_cluster, Cluster, Entity, EntityMessages, LeaseStore, MembershipConfig, MemoryLeaseStore,
-    ShardCount,
+    PostgresLeaseStore, ShardCount,
 };
+
+mod postgres;
 use troubadour_remote::dev_certs::DevCa;
 use troubadour_remote::{Remote, RemoteMessage, Security};
 
@@ -58,10 +61,10 @@ struct Node {
     system: ActorSystem,
     remote: Remote,
     cluster: Cluster,
+    store: Arc<dyn LeaseStore>,
 }
 
-fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>) -> Node {
-    let system = ActorSystem::builder().name(name).build();
+fn node_on(system: ActorSystem, ca: &DevCa, name: &str, store: Arc<dyn LeaseStore>) -> Node {
     let remote = system
         .block_on(
             with_cluster(Remote::builder(
@@ -72,7 +75,7 @@ fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>) -> Node {
             .start(&system),
         )
         .unwrap();
-    let starting = Cluster::builder(store.clone() as Arc<dyn LeaseStore>)
+    let starting = Cluster::builder(store.clone())
         .shards(ShardCount::new(32).unwrap())
         .lease(Duration::from_secs(3), Duration::from_millis(300))
         .membership(
@@ -88,6 +91,7 @@ fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>) -> Node {
         system,
         remote,
         cluster,
+        store,
     }
 }
 
@@ -101,12 +105,33 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 
 #[test]
 fn entities_work_across_three_nodes_over_tls_and_move_when_a_node_leaves() {
-    let ca = DevCa::new("cluster test CA").unwrap();
     let store = Arc::new(MemoryLeaseStore::new());
+    three_nodes_then_a_leave(|_| store.clone() as Arc<dyn LeaseStore>);
+}
+
+/// The same with the PostgreSQL store, a server the test starts, and a
+/// store client per node.
+#[test]
+fn the_same_with_the_postgresql_store() {
+    let server = postgres::Server::start();
+    let url = server.url();
+    three_nodes_then_a_leave(|system| {
+        let connecting = PostgresLeaseStore::connect(&url);
+        Arc::new(system.block_on(connecting).unwrap()) as Arc<dyn LeaseStore>
+    });
+}
+
+fn three_nodes_then_a_leave(mut store_for: impl FnMut(&ActorSystem) -> Arc<dyn LeaseStore>) {
+    let ca = DevCa::new("cluster test CA").unwrap();
     let nodes: Vec<Node> = ["a", "b", "c"]
         .iter()
-        .map(|n| node(&ca, n, &store))
+        .map(|n| {
+            let system = ActorSystem::builder().name(*n).build();
+            let store = store_for(&system);
+            node_on(system, &ca, n, store)
+        })
         .collect();
+    let store = nodes[0].store.clone();
     let seed = nodes[0].remote.local_addr().unwrap();
     for n in &nodes[1..] {
         let found = n

@@ -1,0 +1,152 @@
+//! A PostgreSQL server for tests: Debian's PostgreSQL (which `scripts/test`
+//! installs), started in a temporary directory on a free loopback port,
+//! stopped and removed on drop.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// A PostgreSQL server for one test; stopped and removed on drop.
+pub struct Server {
+    dir: PathBuf,
+    bin: PathBuf,
+    port: u16,
+}
+
+fn bin_dir() -> PathBuf {
+    let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .expect("PostgreSQL is not installed: `apt-get install postgresql` (scripts/test does it)")
+        .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+        .filter(|p| p.join("initdb").exists())
+        .collect();
+    versions.sort();
+    versions
+        .pop()
+        .expect("no PostgreSQL version with initdb under /usr/lib/postgresql")
+}
+
+/// Runs a server binary, as the `postgres` user when this is root
+/// (PostgreSQL refuses to run as root).
+fn pg(bin: &Path, tool: &str, args: &[&str]) -> std::process::Output {
+    let is_root = Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| o.stdout == b"0\n")
+        .unwrap_or(false);
+    let tool = bin.join(tool);
+    let out = if is_root {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(&tool)
+            .args(args)
+            .output()
+    } else {
+        Command::new(&tool).args(args).output()
+    }
+    .expect("could not run a PostgreSQL tool");
+    out
+}
+
+static SERVERS: AtomicU32 = AtomicU32::new(0);
+
+impl Server {
+    pub fn start() -> Server {
+        let bin = bin_dir();
+        let dir = std::env::temp_dir().join(format!(
+            "troubadour-pg-{}-{}",
+            std::process::id(),
+            SERVERS.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&dir)
+            .output();
+        let data = dir.join("data");
+        let out = pg(
+            &bin,
+            "initdb",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-A",
+                "trust",
+                "-U",
+                "postgres",
+                "--no-sync",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let server = Server { dir, bin, port };
+        server.up();
+        server
+    }
+
+    pub fn up(&self) {
+        let opts = format!(
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            self.port,
+            self.dir.display()
+        );
+        let data = self.dir.join("data");
+        let log = self.dir.join("log");
+        let out = pg(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-o",
+                &opts,
+                "-l",
+                log.to_str().unwrap(),
+                "-w",
+                "start",
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "pg_ctl start failed: {} {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
+
+    pub fn down(&self) {
+        let data = self.dir.join("data");
+        pg(
+            &self.bin,
+            "pg_ctl",
+            &[
+                "-D",
+                data.to_str().unwrap(),
+                "-m",
+                "immediate",
+                "-w",
+                "stop",
+            ],
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.down();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
