@@ -148,7 +148,7 @@ struct TestCluster {
 fn start_node(
     net: &mut SimNetwork,
     i: NodeIndex,
-    store: &Arc<MemoryLeaseStore>,
+    store: Arc<dyn LeaseStore>,
     activations: &Activations,
     alive: &AliveLog,
     passivate: Option<Duration>,
@@ -156,7 +156,7 @@ fn start_node(
     let activations = activations.clone();
     let alive = alive.clone();
     let name = net.system(i).node().name().to_string();
-    let builder = Cluster::builder(store.clone() as Arc<dyn LeaseStore>)
+    let builder = Cluster::builder(store)
         .shards(ShardCount::new(64).unwrap())
         .lease(TTL, S)
         .passivate_after(passivate)
@@ -192,7 +192,7 @@ fn cluster_with(net: &mut SimNetwork, n: usize, passivate: Option<Duration>) -> 
         net.node(&format!("n{i}"), with_cluster);
     }
     let clusters: Vec<Cluster> = (0..n)
-        .map(|i| start_node(net, i, &store, &activations, &alive, passivate))
+        .map(|i| start_node(net, i, store.clone(), &activations, &alive, passivate))
         .collect();
     let seed = net.system(0).node();
     for c in &clusters[1..] {
@@ -380,7 +380,7 @@ fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
             assert_eq!(got, Ok(1));
         }
         let joiner = net.node("n2", with_cluster);
-        let c = start_node(net, joiner, &t.store, &t.activations, &t.alive, None);
+        let c = start_node(net, joiner, t.store.clone(), &t.activations, &t.alive, None);
         c.membership().join([net.system(0).node()]);
         t.clusters.push(c);
         // Every entity is busy for a minute while shards move to the
@@ -611,30 +611,11 @@ fn a_node_cut_off_from_the_lease_store_stops_its_shards_before_others_take_them(
         let mut clusters = Vec::new();
         for (i, cut) in cuts.iter().enumerate() {
             net.node(&format!("n{i}"), with_cluster);
-            let (activations, alive, name) = (activations.clone(), alive.clone(), format!("n{i}"));
-            let starting = Cluster::builder(Arc::new(Reachable {
+            let reachable = Arc::new(Reachable {
                 store: store.clone(),
                 cut: cut.clone(),
-            }))
-            .shards(ShardCount::new(64).unwrap())
-            .lease(TTL, S)
-            .passivate_after(None)
-            .membership(MembershipConfig::expected_size(3).seed(net.seed() * 13 + i as u64))
-            .entity::<Counter>(move |id| {
-                activations
-                    .lock()
-                    .unwrap()
-                    .entry(id.to_string())
-                    .or_default()
-                    .push(name.clone());
-                Counter {
-                    id: id.to_string(),
-                    total: 0,
-                    alive: alive.clone(),
-                }
-            })
-            .start(net.system(i), net.remote(i));
-            clusters.push(net.block_on(starting).unwrap());
+            });
+            clusters.push(start_node(net, i, reachable, &activations, &alive, None));
         }
         let seed = net.system(0).node();
         for c in &clusters[1..] {
@@ -708,7 +689,7 @@ fn each_senders_order_holds_across_moves() {
             net.run_for(S / 10);
             if round == 20 {
                 let joiner = net.node("n3", with_cluster);
-                let c = start_node(net, joiner, &t.store, &t.activations, &t.alive, None);
+                let c = start_node(net, joiner, t.store.clone(), &t.activations, &t.alive, None);
                 c.membership().join([net.system(0).node()]);
                 t.clusters.push(c);
             }
