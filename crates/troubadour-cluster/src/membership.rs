@@ -183,6 +183,18 @@ struct View {
     rejected: AtomicU64,
 }
 
+impl View {
+    /// The other members up now.
+    fn others(&self) -> Vec<NodeId> {
+        self.members
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
 /// This node's membership: who is up, as foca sees it. See the [module
 /// docs](self).
 #[derive(Clone)]
@@ -261,14 +273,7 @@ impl Membership {
     /// The members up now, this node among them once it has joined (or
     /// alone), by name.
     pub fn members(&self) -> Vec<NodeId> {
-        let mut all: Vec<NodeId> = self
-            .view
-            .members
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let mut all = self.view.others();
         all.push(self.myself.clone());
         all.sort_by(|a, b| (a.name(), a.incarnation()).cmp(&(b.name(), b.incarnation())));
         all
@@ -489,15 +494,7 @@ impl Handler<Announce> for MembershipActor {
 
 impl Handler<Subscribe> for MembershipActor {
     fn handle(&mut self, Subscribe(to): Subscribe, _: &mut Context<Self>) {
-        let now: Vec<NodeId> = self
-            .view
-            .members
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .cloned()
-            .collect();
-        for node in now {
+        for node in self.view.others() {
             if to.tell(MemberEvent::Up(node)).is_err() {
                 return;
             }
