@@ -43,6 +43,7 @@ pub struct ClusterBuilder {
     rebalance_limit: usize,
     buffer_limit: usize,
     passivate_after: Option<Duration>,
+    max_active: Option<usize>,
     membership: MembershipConfig,
     kinds: HashMap<&'static str, Kind>,
     errors: Vec<String>,
@@ -86,6 +87,15 @@ impl ClusterBuilder {
     /// lost. Save what must outlive it in its `stopped` hook.
     pub fn passivate_after(mut self, idle: Option<Duration>) -> Self {
         self.passivate_after = idle;
+        self
+    }
+
+    /// At most `n` entities active on this node (default: no limit): a new
+    /// activation past it first passivates the entity sent nothing for
+    /// longest, as an idle one is (what arrives for it meanwhile goes to its
+    /// next activation).
+    pub fn max_active_entities(mut self, n: Option<usize>) -> Self {
+        self.max_active = n.map(|n| n.max(1));
         self
     }
 
@@ -174,6 +184,7 @@ impl ClusterBuilder {
                 rebalance_limit: self.rebalance_limit,
                 buffer_limit: self.buffer_limit,
                 passivate_after: self.passivate_after,
+                max_active: self.max_active,
                 store: self.store.clone(),
                 kinds: self.kinds,
                 lookup: remote.node_lookup(),
@@ -257,6 +268,7 @@ impl Cluster {
             rebalance_limit: 16,
             buffer_limit: 100_000,
             passivate_after: Some(Duration::from_secs(120)),
+            max_active: None,
             membership: MembershipConfig::default(),
             kinds: HashMap::new(),
             errors: Vec::new(),

@@ -60,6 +60,7 @@ pub(crate) struct RegionSetup {
     pub rebalance_limit: usize,
     pub buffer_limit: usize,
     pub passivate_after: Option<Duration>,
+    pub max_active: Option<usize>,
     pub store: Arc<dyn LeaseStore>,
     pub kinds: HashMap<&'static str, Kind>,
     pub lookup: NodeLookup,
@@ -770,19 +771,22 @@ impl Region {
                 return;
             }
             Some(Slot::Active { last_used, .. }) => *last_used = now,
-            None => match make(ctx, &p.routed.id) {
-                Ok(entity) => {
-                    let hosted = self.hosted.get_mut(&shard).expect("checked by route");
-                    hosted.entities.insert(
-                        key.clone(),
-                        Slot::Active {
-                            entity,
-                            last_used: now,
-                        },
-                    );
+            None => {
+                self.make_room(ctx);
+                match make(ctx, &p.routed.id) {
+                    Ok(entity) => {
+                        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+                        hosted.entities.insert(
+                            key.clone(),
+                            Slot::Active {
+                                entity,
+                                last_used: now,
+                            },
+                        );
+                    }
+                    Err(why) => return p.fail(WireAskError::NotActivated(why)),
                 }
-                Err(why) => return p.fail(WireAskError::NotActivated(why)),
-            },
+            }
         }
         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
         let Some(Slot::Active { entity, .. }) = hosted.entities.get(&key) else {
@@ -846,27 +850,69 @@ impl Region {
     /// activation.
     fn passivate_idle(&mut self, idle: Duration, ctx: &mut Context<Self>) {
         let now = ctx.now();
-        let mut stopping = Vec::new();
-        for (shard, hosted) in &mut self.hosted {
-            for (key, slot) in &mut hosted.entities {
-                if let Slot::Active { entity, last_used } = slot {
-                    if now.saturating_duration_since(*last_used) >= idle {
-                        entity.stop_after_queued();
-                        stopping.push((*shard, key.clone(), entity.stopped()));
-                        *slot = Slot::Stopping(VecDeque::new());
-                    }
-                }
-            }
+        let idle: Vec<(ShardId, EntityKey)> = self
+            .active_entities()
+            .filter(|(_, _, last_used)| now.saturating_duration_since(*last_used) >= idle)
+            .map(|(shard, key, _)| (shard, key.clone()))
+            .collect();
+        for (shard, key) in idle {
+            self.passivate(shard, key, ctx);
         }
-        for (shard, key, stopped) in stopping {
-            self.start_task(
-                Box::pin(async move {
-                    stopped.await;
-                    Event::Passivated(shard, key)
-                }),
-                ctx,
-            );
+    }
+
+    /// Every active entity with when it was last sent something.
+    fn active_entities(&self) -> impl Iterator<Item = (ShardId, &EntityKey, Instant)> {
+        self.hosted.iter().flat_map(|(shard, hosted)| {
+            hosted
+                .entities
+                .iter()
+                .filter_map(move |(key, slot)| match slot {
+                    Slot::Active { last_used, .. } => Some((*shard, key, *last_used)),
+                    Slot::Stopping(_) => None,
+                })
+        })
+    }
+
+    /// With a limit on active entities reached, passivates the one sent
+    /// nothing for longest, to make room for a new one.
+    fn make_room(&mut self, ctx: &mut Context<Self>) {
+        let Some(limit) = self.setup.max_active else {
+            return;
+        };
+        if self.active_entities().count() < limit {
+            return;
         }
+        let oldest = self
+            .active_entities()
+            .min_by_key(|(_, _, last_used)| *last_used)
+            .map(|(shard, key, _)| (shard, key.clone()));
+        if let Some((shard, key)) = oldest {
+            self.passivate(shard, key, ctx);
+        }
+    }
+
+    /// Stops an entity after what it was sent; what arrives meanwhile
+    /// waits in its slot for its next activation.
+    fn passivate(&mut self, shard: ShardId, key: EntityKey, ctx: &mut Context<Self>) {
+        let Some(hosted) = self.hosted.get_mut(&shard) else {
+            return;
+        };
+        let Some(slot) = hosted.entities.get_mut(&key) else {
+            return;
+        };
+        let Slot::Active { entity, .. } = slot else {
+            return;
+        };
+        entity.stop_after_queued();
+        let stopped = entity.stopped();
+        *slot = Slot::Stopping(VecDeque::new());
+        self.start_task(
+            Box::pin(async move {
+                stopped.await;
+                Event::Passivated(shard, key)
+            }),
+            ctx,
+        );
     }
 
     fn on_passivated(&mut self, shard: ShardId, key: EntityKey, ctx: &mut Context<Self>) {

@@ -152,6 +152,7 @@ fn start_node(
     activations: &Activations,
     alive: &AliveLog,
     passivate: Option<Duration>,
+    max_active: Option<usize>,
 ) -> Cluster {
     let activations = activations.clone();
     let alive = alive.clone();
@@ -160,6 +161,7 @@ fn start_node(
         .shards(ShardCount::new(64).unwrap())
         .lease(TTL, S)
         .passivate_after(passivate)
+        .max_active_entities(max_active)
         .membership(MembershipConfig::expected_size(3).seed(net.seed() * 7 + i as u64))
         .entity::<Counter>(move |id| {
             activations
@@ -185,6 +187,16 @@ fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
 /// `n` nodes joined through node 0, entities passivated after
 /// `passivate`, run until placement has settled.
 fn cluster_with(net: &mut SimNetwork, n: usize, passivate: Option<Duration>) -> TestCluster {
+    cluster_limited(net, n, passivate, None)
+}
+
+/// The same, with at most `max_active` entities active per node.
+fn cluster_limited(
+    net: &mut SimNetwork,
+    n: usize,
+    passivate: Option<Duration>,
+    max_active: Option<usize>,
+) -> TestCluster {
     let store = Arc::new(MemoryLeaseStore::with_clock(net.clock()).recording());
     let activations: Activations = Arc::default();
     let alive: AliveLog = Arc::default();
@@ -192,7 +204,17 @@ fn cluster_with(net: &mut SimNetwork, n: usize, passivate: Option<Duration>) -> 
         net.node(&format!("n{i}"), with_cluster);
     }
     let clusters: Vec<Cluster> = (0..n)
-        .map(|i| start_node(net, i, store.clone(), &activations, &alive, passivate))
+        .map(|i| {
+            start_node(
+                net,
+                i,
+                store.clone(),
+                &activations,
+                &alive,
+                passivate,
+                max_active,
+            )
+        })
         .collect();
     let seed = net.system(0).node();
     for c in &clusters[1..] {
@@ -380,7 +402,15 @@ fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
             assert_eq!(got, Ok(1));
         }
         let joiner = net.node("n2", with_cluster);
-        let c = start_node(net, joiner, t.store.clone(), &t.activations, &t.alive, None);
+        let c = start_node(
+            net,
+            joiner,
+            t.store.clone(),
+            &t.activations,
+            &t.alive,
+            None,
+            None,
+        );
         c.membership().join([net.system(0).node()]);
         t.clusters.push(c);
         // Every entity is busy for a minute while shards move to the
@@ -615,7 +645,15 @@ fn a_node_cut_off_from_the_lease_store_stops_its_shards_before_others_take_them(
                 store: store.clone(),
                 cut: cut.clone(),
             });
-            clusters.push(start_node(net, i, reachable, &activations, &alive, None));
+            clusters.push(start_node(
+                net,
+                i,
+                reachable,
+                &activations,
+                &alive,
+                None,
+                None,
+            ));
         }
         let seed = net.system(0).node();
         for c in &clusters[1..] {
@@ -689,7 +727,15 @@ fn each_senders_order_holds_across_moves() {
             net.run_for(S / 10);
             if round == 20 {
                 let joiner = net.node("n3", with_cluster);
-                let c = start_node(net, joiner, t.store.clone(), &t.activations, &t.alive, None);
+                let c = start_node(
+                    net,
+                    joiner,
+                    t.store.clone(),
+                    &t.activations,
+                    &t.alive,
+                    None,
+                    None,
+                );
                 c.membership().join([net.system(0).node()]);
                 t.clusters.push(c);
             }
@@ -724,5 +770,44 @@ fn each_senders_order_holds_across_moves() {
             .filter(|v| v.len() > 1)
             .count();
         assert!(moved > 0, "no entity moved: the test proved nothing");
+    });
+}
+
+/// With at most two entities active per node, a new activation passivates
+/// the one sent nothing for longest: never more than six alive on three
+/// nodes once each passivation is done, and a passivated entity is made
+/// again on its next message, which is not lost.
+#[test]
+fn a_limit_on_active_entities_passivates_the_least_recently_used() {
+    simulate_network(seeds(10), |net| {
+        let t = cluster_limited(net, 3, None, Some(2));
+        let ids: Vec<String> = (0..12).map(|i| format!("limited{i}")).collect();
+        for id in &ids {
+            let e = t.clusters[0].entity::<Counter>(id.clone());
+            assert_eq!(net.block_on(e.ask(Add(1)).timeout(30 * S)), Ok(1));
+            net.run_until_idle();
+            let alive: usize = t.alive.lock().unwrap().now.values().sum();
+            assert!(
+                alive <= 6,
+                "{alive} entities alive on three nodes with a limit of two each"
+            );
+        }
+        let passivated: Vec<&String> = ids.iter().filter(|id| alive_now(&t, id) == 0).collect();
+        assert!(passivated.len() >= 6, "{passivated:?}");
+        // Made again, from scratch (nothing is persisted here), and what it
+        // is sent arrives.
+        let first = passivated[0].clone();
+        t.clusters[1]
+            .entity::<Counter>(first.clone())
+            .tell(Add(5))
+            .unwrap();
+        let got = net.block_on(
+            t.clusters[1]
+                .entity::<Counter>(first.clone())
+                .ask(Add(0))
+                .timeout(30 * S),
+        );
+        assert_eq!(got, Ok(5));
+        assert_eq!(made(&t, &first), 2);
     });
 }
