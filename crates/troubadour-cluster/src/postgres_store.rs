@@ -136,6 +136,23 @@ fn shard_row(row: &tokio_postgres::Row) -> Assignment {
     }
 }
 
+/// The shard's assignment as it is now (after an update that lost).
+async fn assignment_now(
+    client: &tokio_postgres::Client,
+    shard: ShardId,
+) -> Result<Assignment, LeaseError> {
+    let row = client
+        .query_opt(
+            "SELECT shard, owner_name, owner_incarnation, epoch, released
+             FROM troubadour_shards WHERE shard = $1",
+            &[&(shard.get() as i32)],
+        )
+        .await
+        .map_err(unavailable)?
+        .ok_or(LeaseError::NoSuchShard(shard))?;
+    Ok(shard_row(&row))
+}
+
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS troubadour_cluster (
     id int PRIMARY KEY CHECK (id = 1),
@@ -359,15 +376,7 @@ impl LeaseStore for PostgresLeaseStore {
             if leased.is_none() {
                 return Err(LeaseError::NotLeased(by));
             }
-            let now = client
-                .query_one(
-                    "SELECT shard, owner_name, owner_incarnation, epoch, released
-                     FROM troubadour_shards WHERE shard = $1",
-                    &[&(shard.get() as i32)],
-                )
-                .await
-                .map_err(unavailable)?;
-            Err(LeaseError::Conflict(shard_row(&now)))
+            Err(LeaseError::Conflict(assignment_now(&client, shard).await?))
         })
     }
 
@@ -391,16 +400,7 @@ impl LeaseStore for PostgresLeaseStore {
             if let Some(row) = updated {
                 return Ok(shard_row(&row));
             }
-            let now = client
-                .query_opt(
-                    "SELECT shard, owner_name, owner_incarnation, epoch, released
-                     FROM troubadour_shards WHERE shard = $1",
-                    &[&(shard.get() as i32)],
-                )
-                .await
-                .map_err(unavailable)?
-                .ok_or(LeaseError::NoSuchShard(shard))?;
-            Err(LeaseError::Conflict(shard_row(&now)))
+            Err(LeaseError::Conflict(assignment_now(&client, shard).await?))
         })
     }
 }

@@ -180,6 +180,24 @@ fn start_node(
     net.block_on(starting).unwrap()
 }
 
+impl TestCluster {
+    /// A new node `name` joins the cluster through node 0.
+    fn join(&mut self, net: &mut SimNetwork, name: &str) {
+        let joiner = net.node(name, with_cluster);
+        let c = start_node(
+            net,
+            joiner,
+            self.store.clone(),
+            &self.activations,
+            &self.alive,
+            None,
+            None,
+        );
+        c.membership().join([net.system(0).node()]);
+        self.clusters.push(c);
+    }
+}
+
 fn cluster(net: &mut SimNetwork, n: usize) -> TestCluster {
     cluster_with(net, n, None)
 }
@@ -401,18 +419,7 @@ fn a_joining_node_takes_its_shards_and_no_entity_is_ever_active_twice() {
             );
             assert_eq!(got, Ok(1));
         }
-        let joiner = net.node("n2", with_cluster);
-        let c = start_node(
-            net,
-            joiner,
-            t.store.clone(),
-            &t.activations,
-            &t.alive,
-            None,
-            None,
-        );
-        c.membership().join([net.system(0).node()]);
-        t.clusters.push(c);
+        t.join(net, "n2");
         // Every entity is busy for a minute while shards move to the
         // joiner: a handoff that did not wait for its entities to stop
         // would have the joiner run a second one meanwhile.
@@ -726,18 +733,7 @@ fn each_senders_order_holds_across_moves() {
             }
             net.run_for(S / 10);
             if round == 20 {
-                let joiner = net.node("n3", with_cluster);
-                let c = start_node(
-                    net,
-                    joiner,
-                    t.store.clone(),
-                    &t.activations,
-                    &t.alive,
-                    None,
-                    None,
-                );
-                c.membership().join([net.system(0).node()]);
-                t.clusters.push(c);
+                t.join(net, "n3");
             }
             if round == 60 {
                 let leaving = t.clusters[2].clone();
