@@ -11,7 +11,7 @@
 # run_peer kills those pids when the program has ended, and on exit of the
 # run script, so nothing is left behind even when the program fails.
 
-PEER_WORKLOADS="counting pingpong skynet fanin rings idle pi remote-pingpong remote-pi"
+PEER_WORKLOADS="counting pingpong skynet fanin rings idle pi remote-pingpong remote-pi cluster-virtual failover"
 
 # json_str STRING -> STRING escaped for use inside a JSON string literal
 json_str() {
@@ -29,13 +29,15 @@ emit_fail() {
 
 # parse_args IMPL "$@"  -> sets WORKLOAD and QUICK (0/1), and exports PAIRS
 # (--pairs N, default 1) and SIZE (--size BYTES, default 16), which only the
-# remote-pingpong workload uses; exits on bad usage
+# remote-pingpong workload uses, and MODE (--mode kill|leave, default kill),
+# which only the failover workload uses; exits on bad usage
 parse_args() {
     local impl="$1"; shift
     WORKLOAD=""
     QUICK=0
     PAIRS=1
     SIZE=16
+    MODE=kill
     local a v
     while [ $# -gt 0 ]; do
         a="$1"; shift
@@ -46,14 +48,22 @@ parse_args() {
                 v="$1"; shift
                 _set_num_opt "$impl" "$a" "$v" ;;
             --pairs=*|--size=*) _set_num_opt "$impl" "${a%%=*}" "${a#*=}" ;;
+            --mode|--mode=*)
+                if [ "$a" = --mode ]; then
+                    if [ $# -eq 0 ]; then emit_fail "$impl" "${WORKLOAD:-?}" "option --mode needs a value"; exit 2; fi
+                    v="$1"; shift
+                else v="${a#*=}"; fi
+                case "$v" in kill|leave) MODE="$v" ;;
+                    *) emit_fail "$impl" "${WORKLOAD:-?}" "bad value for --mode: '$v' (kill or leave)"; exit 2 ;;
+                esac ;;
             -*) emit_fail "$impl" "${WORKLOAD:-?}" "unknown option $a"; exit 2 ;;
             *) if [ -z "$WORKLOAD" ]; then WORKLOAD="$a"; else
                    emit_fail "$impl" "$WORKLOAD" "unexpected argument $a"; exit 2; fi ;;
         esac
     done
-    export PAIRS SIZE
+    export PAIRS SIZE MODE
     if [ -z "$WORKLOAD" ]; then
-        emit_fail "$impl" "?" "usage: run <workload> [--quick] [--pairs N] [--size BYTES]; workloads: $PEER_WORKLOADS"
+        emit_fail "$impl" "?" "usage: run <workload> [--quick] [--pairs N] [--size BYTES] [--mode kill|leave]; workloads: $PEER_WORKLOADS"
         exit 2
     fi
     if [ "$WORKLOAD" = direct ]; then
@@ -83,6 +93,9 @@ _set_num_opt() {
 
 # is_remote WORKLOAD -> true for the remote workloads (remote-pingpong, remote-pi)
 is_remote() { case "$1" in remote-*) return 0 ;; *) return 1 ;; esac; }
+
+# is_cluster WORKLOAD -> true for the cluster workloads (cluster-virtual, failover)
+is_cluster() { case "$1" in cluster-virtual|failover) return 0 ;; *) return 1 ;; esac; }
 
 # kill_children: kills every pid listed in $PEER_PIDFILE (see the top)
 kill_children() {
