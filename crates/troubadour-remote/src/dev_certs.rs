@@ -19,7 +19,7 @@ use rcgen::{
     ExtendedKeyUsagePurpose, IsCa, Issuer, KeyIdMethod, KeyPair, KeyUsagePurpose, RevocationReason,
     RevokedCertParams, SanType, SerialNumber,
 };
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::sync::Mutex;
 
@@ -64,11 +64,19 @@ impl DevCa {
     /// `localhost` and 127.0.0.1, common name `name`, as server and client:
     /// (certificate PEM, key PEM).
     pub fn node(&self, name: &str) -> Result<(String, String), rcgen::Error> {
+        self.node_at(name, &[Ipv4Addr::LOCALHOST.into()])
+    }
+
+    /// As [`DevCa::node`], valid for the addresses `ips` instead of
+    /// 127.0.0.1: a node that others dial at 127.0.0.2 needs a certificate
+    /// valid for 127.0.0.2, since a dialler checks the certificate against
+    /// the address it dialled.
+    pub fn node_at(&self, name: &str, ips: &[IpAddr]) -> Result<(String, String), rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(vec![name.to_owned(), "localhost".to_owned()])?;
         params
             .subject_alt_names
-            .push(SanType::IpAddress(Ipv4Addr::LOCALHOST.into()));
+            .extend(ips.iter().map(|ip| SanType::IpAddress(*ip)));
         params.distinguished_name.push(DnType::CommonName, name);
         params.extended_key_usages = vec![
             ExtendedKeyUsagePurpose::ServerAuth,
@@ -128,8 +136,19 @@ impl DevCa {
     /// Writes `ca.pem`, `<name>.pem` and `<name>.key` into `dir` (made if
     /// missing), for processes that read their certificates from files.
     pub fn write_node(&self, dir: &Path, name: &str) -> Result<(), DevCertError> {
+        self.write_node_at(dir, name, &[Ipv4Addr::LOCALHOST.into()])
+    }
+
+    /// As [`DevCa::write_node`], with a certificate valid for `ips` (see
+    /// [`DevCa::node_at`]).
+    pub fn write_node_at(
+        &self,
+        dir: &Path,
+        name: &str,
+        ips: &[IpAddr],
+    ) -> Result<(), DevCertError> {
         std::fs::create_dir_all(dir)?;
-        let (cert, key) = self.node(name)?;
+        let (cert, key) = self.node_at(name, ips)?;
         std::fs::write(dir.join("ca.pem"), &self.pem)?;
         std::fs::write(dir.join(format!("{name}.pem")), cert)?;
         std::fs::write(dir.join(format!("{name}.key")), key)?;
