@@ -17,6 +17,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+mod cluster;
 mod impls;
 mod measure;
 mod remote;
@@ -30,7 +31,8 @@ static ALLOCATOR: measure::SystemAllocator = measure::SystemAllocator;
 const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] [--json] [--threads N] [--timeout-s S]
        troubadour-bench list
 workloads: counting pingpong skynet fanin rings idle direct pi
-           remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)";
+           remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
+           cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)";
 
 struct Args {
     workload: Workload,
@@ -186,6 +188,12 @@ fn main() -> ExitCode {
         Some("remote-pingpong" | "remote-pi" | "__remote-peer")
     ) {
         return remote::main(all);
+    }
+    if matches!(
+        all.first().map(String::as_str),
+        Some("cluster-virtual" | "failover" | "__cluster-node")
+    ) {
+        return cluster::main(all);
     }
     let mut argv = std::env::args().skip(1);
     if argv.next().as_deref() == Some("list") {
