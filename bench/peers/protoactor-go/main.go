@@ -1,7 +1,8 @@
 // protoactor-go peer of the troubadour benchmark suite.
 //
-// Usage: protoactor-peer <workload> [--quick]
-// Prints exactly one JSON line on stdout; diagnostics go to stderr.
+// Usage: protoactor-peer <workload> [--quick] [--pairs N] [--size BYTES] [--mode kill|leave]
+// Prints exactly one JSON line on stdout; diagnostics go to stderr. The
+// cluster workloads (cluster-virtual, failover) are in cluster.go.
 //
 // Configuration: the framework defaults (unbounded mailbox, default
 // goroutine dispatcher with throughput 300, GOMAXPROCS = number of cores).
@@ -35,6 +36,9 @@ func newSystem() *actor.ActorSystem {
 }
 
 func main() {
+	if clusterMain() { // cluster-virtual, failover, and their nodes B and C
+		return
+	}
 	runAndEmit("protoactor-go", workloads{
 		counting: counting,
 		pingpong: pingpong,
