@@ -593,6 +593,10 @@ impl RemoteBuilder {
             channels: Default::default(),
         });
         let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
+        if let (Some(addr), false) = (local_addr, simulated) {
+            let node = system.node();
+            lock(&IN_PROCESS_LISTENERS).insert((node.name().to_string(), node.incarnation()), addr);
+        }
         Ok(Remote {
             shared,
             local_addr,
@@ -831,7 +835,7 @@ impl NodeLookup {
             )));
         }
         let link = shared.link_for(node);
-        if let Some(addr) = node.address() {
+        if let Some(addr) = address_of(node) {
             link.set_dial(addr);
         }
         let peer = link.current().ok_or_else(|| {
@@ -877,7 +881,28 @@ async fn lookup_on<A: RemoteActor>(
 impl Drop for Remote {
     fn drop(&mut self) {
         self.shutdown();
+        let node = self.shared.system.node();
+        lock(&IN_PROCESS_LISTENERS).remove(&(node.name().to_string(), node.incarnation()));
     }
+}
+
+/// Where the nodes of this process listen, by (name, incarnation). A
+/// `NodeId` is one per node in the whole process, and a node of this
+/// process has the one its system made, which names no address; several
+/// nodes in one process (tests, examples, a process hosting two systems)
+/// reach each other through sockets all the same, so a node found by its
+/// `NodeId` alone (a cluster member) is dialled at the address found here.
+static IN_PROCESS_LISTENERS: std::sync::LazyLock<Mutex<HashMap<(String, u64), SocketAddr>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Where `node` listens: the address it names, or, for a node of this
+/// process, the one its remote layer listens on.
+fn address_of(node: &NodeId) -> Option<SocketAddr> {
+    node.address().or_else(|| {
+        lock(&IN_PROCESS_LISTENERS)
+            .get(&(node.name().to_string(), node.incarnation()))
+            .copied()
+    })
 }
 
 impl fmt::Debug for Remote {

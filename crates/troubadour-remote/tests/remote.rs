@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::time::Duration;
 use troubadour::prelude::*;
+use troubadour::NodeId;
 use troubadour_remote::{
     Accepts, ChannelError, ControlChannel, LookupError, Remote, RemoteActor, RemoteError,
     RemoteMessage, RemoteStats, Security,
@@ -1513,4 +1514,46 @@ fn a_channel_refuses_a_node_declared_down() {
     });
     let refused = from_alpha.send(&beta_node, b"x").unwrap_err();
     assert!(refused.to_string().contains("new incarnation"), "{refused}");
+}
+
+/// Two nodes that learn of each other at once (as cluster members do from
+/// gossip) dial each other at the same moment: two connections, one each
+/// way. A lookup each way, started together, is answered on both.
+#[test]
+fn two_nodes_that_dial_each_other_at_once_both_get_answers() {
+    for _ in 0..20 {
+        let (alpha, beta) = pair();
+        for n in [&alpha, &beta] {
+            let store = n.system.spawn(Store::default()).unwrap();
+            n.remote.expose("store", &store).unwrap();
+        }
+        let id_of = |n: &Node| {
+            NodeId::remote(
+                n.system.node().name(),
+                Some(n.addr()),
+                n.system.node().incarnation(),
+            )
+            .unwrap()
+        };
+        let (to_beta, to_alpha) = (id_of(&beta), id_of(&alpha));
+        let (a_lookup, b_lookup) = (alpha.remote.node_lookup(), beta.remote.node_lookup());
+        let from_alpha = alpha
+            .system
+            .tokio_handle()
+            .spawn(async move { a_lookup.lookup::<Store>(&to_beta, "store").await });
+        let from_beta = beta
+            .system
+            .tokio_handle()
+            .spawn(async move { b_lookup.lookup::<Store>(&to_alpha, "store").await });
+        let a = alpha.system.block_on(from_alpha).unwrap();
+        let b = beta.system.block_on(from_beta).unwrap();
+        let (a, b) = (
+            a.expect("alpha's lookup of beta"),
+            b.expect("beta's lookup of alpha"),
+        );
+        a.tell(Add(1)).unwrap();
+        assert_eq!(a.ask(Get).timeout(GUARD).wait().unwrap(), [1]);
+        b.tell(Add(2)).unwrap();
+        assert_eq!(b.ask(Get).timeout(GUARD).wait().unwrap(), [2]);
+    }
 }
