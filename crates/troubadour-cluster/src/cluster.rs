@@ -16,6 +16,7 @@ use troubadour::{Ask, AskError, Handles, SystemHandle};
 use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
 
 use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed};
+use crate::groups::{register_group_message, Group, GroupUpdate, Groups, GROUPS};
 use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
@@ -31,7 +32,11 @@ use crate::shard::ShardCount;
 /// let builder = troubadour_cluster::with_cluster(Remote::builder("prod", Security::Tls(tls())));
 /// ```
 pub fn with_cluster(builder: RemoteBuilder) -> RemoteBuilder {
-    builder.register::<Routed>().actor::<Region>()
+    builder
+        .register::<Routed>()
+        .actor::<Region>()
+        .register::<GroupUpdate>()
+        .actor::<Groups>()
 }
 
 /// Starts a node's part of a cluster. See [`Cluster::builder`].
@@ -96,6 +101,19 @@ impl ClusterBuilder {
     /// next activation).
     pub fn max_active_entities(mut self, n: Option<usize>) -> Self {
         self.max_active = n.map(|n| n.max(1));
+        self
+    }
+
+    /// Lets this node's actors join groups whose members take `M`, and
+    /// decode the other nodes' members of them (see [`Cluster::group`]).
+    /// Register every group message type on every node, here and on the
+    /// node's `RemoteBuilder` (`register::<M>()`): members travel as
+    /// `Recipient<M>`s, which the remote layer sends only for registered
+    /// messages (a join it cannot send is logged with that reason).
+    pub fn group<M: RemoteMessage>(mut self) -> Self {
+        if let Err(e) = register_group_message::<M>() {
+            self.errors.push(e);
+        }
         self
     }
 
@@ -194,9 +212,17 @@ impl ClusterBuilder {
             .expose(REGION, &region)
             .map_err(ClusterError::Remote)?;
         membership.subscribe(region.recipient());
+        let groups = system
+            .spawn(Groups::new(system.node(), remote.node_lookup()))
+            .map_err(|e| ClusterError::Spawn(e.to_string()))?;
+        remote
+            .expose(GROUPS, &groups)
+            .map_err(ClusterError::Remote)?;
+        membership.subscribe(groups.recipient());
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 region,
+                groups,
                 membership,
                 shards: self.shards,
             }),
@@ -248,6 +274,7 @@ struct Inner {
     region: ActorRef<Region>,
     membership: Membership,
     shards: ShardCount,
+    groups: ActorRef<Groups>,
 }
 
 /// A node's part of a cluster. See the [crate docs](crate).
@@ -283,6 +310,42 @@ impl Cluster {
             id: id.into().into(),
             _kind: PhantomData,
         }
+    }
+
+    /// The cluster-wide group `name` of actors that take `M`, like a
+    /// process group of Erlang's `pg`: an actor of this node joins it here,
+    /// every node learns of it, and [`Group::broadcast`] reaches every
+    /// member wherever it runs. Members leave when they ask, when they
+    /// stop, or when their node goes down. Register `M` on every node with
+    /// [`ClusterBuilder::group`] and on its `RemoteBuilder`.
+    ///
+    /// ```no_run
+    /// # use serde::{Deserialize, Serialize};
+    /// # use troubadour::prelude::*;
+    /// # use troubadour_remote::RemoteMessage;
+    /// #[derive(Clone, Serialize, Deserialize)]
+    /// struct Said(String);
+    /// impl Message for Said { type Reply = (); }
+    /// impl RemoteMessage for Said { const NAME: &'static str = "chat.Said"; }
+    ///
+    /// struct Listener;
+    /// impl Actor for Listener {}
+    /// impl Handler<Said> for Listener {
+    ///     fn handle(&mut self, Said(text): Said, _: &mut Context<Self>) { println!("{text}"); }
+    /// }
+    ///
+    /// # fn run(system: &ActorSystem, cluster: &troubadour_cluster::Cluster) -> Result<(), Box<dyn std::error::Error>> {
+    /// let room = cluster.group::<Said>("room-42");
+    /// room.join(&system.spawn(Listener)?)?;
+    /// room.broadcast(Said("hello, everyone".into()))?;
+    /// # Ok(()) }
+    /// ```
+    pub fn group<M: RemoteMessage>(&self, name: impl Into<String>) -> Group<M> {
+        Group::new(
+            name.into(),
+            self.inner.groups.clone(),
+            self.inner.groups.id().node(),
+        )
     }
 
     /// This node's membership.

@@ -360,7 +360,7 @@ impl<'de> DeserializeSeed<'de> for BodySeed {
     }
 }
 
-fn next<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
+pub(crate) fn next<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
     seq: &mut A,
     what: &str,
 ) -> Result<T, A::Error> {

@@ -17,12 +17,14 @@
 //!   control lane, driven by an actor on the system's clock.
 //!
 //! Shard regions with virtual actors, handoff, passivation and the
-//! PostgreSQL store build on these.
+//! PostgreSQL store build on these; cluster-wide groups ([`Group`], like
+//! Erlang's `pg`) use membership alone.
 
 #![warn(missing_docs)]
 
 mod cluster;
 mod entity;
+mod groups;
 pub mod lease;
 mod local_lease;
 pub mod membership;
@@ -39,6 +41,7 @@ pub use cluster::{
     ShardStatus,
 };
 pub use entity::{Entity, EntityMessages};
+pub use groups::{Group, GroupError};
 pub use lease::{Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView};
 pub use local_lease::{LeaseConfigError, LocalLease, Renewal};
 pub use membership::{MemberEvent, Membership, MembershipConfig, MembershipError};
