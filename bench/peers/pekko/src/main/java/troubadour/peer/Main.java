@@ -1,6 +1,7 @@
 // Apache Pekko (typed actors, Java API) peer of the troubadour benchmark suite.
 //
-// Usage: java -cp ... troubadour.peer.Main <workload> [--quick]
+// Usage: java -cp ... troubadour.peer.Main <workload> [--quick] [--pairs N] [--size B]
+//        [--mode kill|leave]   (cluster workloads: see Clustered.java)
 // Prints exactly one JSON line on stdout; diagnostics go to stderr.
 //
 // The JVM runs PEKKO_WARMUPS (default 3) warm-up iterations of the workload
@@ -794,9 +795,41 @@ public final class Main {
 
   // remote-pingpong's --pairs N and --size BYTES (../common.sh checked them)
   static int optPairs = 1, optSize = 16;
+  // failover's --mode kill|leave (../common.sh checked it)
+  static String optMode = "kill";
+
+  /**
+   * Node A of a cluster workload (see Clustered). cluster-virtual warms up
+   * its messaging phase only (PEKKO_WARMUPS iterations on the same
+   * identities, counted in the check's expected sum); failover has no
+   * warm-up (a node can be killed once).
+   */
+  static void clusterMain(String workload, boolean quick, int warmupsWanted) {
+    if (workload.equals("failover")) warmupsWanted = 0;
+    List<Double> warmups = new ArrayList<>();
+    Res r;
+    try {
+      r =
+          workload.equals("failover")
+              ? Clustered.failover(quick, optMode)
+              : Clustered.clusterVirtual(quick, warmupsWanted, warmups);
+    } catch (Throwable t) {
+      t.printStackTrace();
+      r = new Res();
+      r.error = "exception: " + t;
+    }
+    emit(workload, r, warmups, warmupsWanted);
+    // The result is out; do not wait for a coordinated shutdown. B and C end
+    // when their stdin closes (and run kills them by pid).
+    Runtime.getRuntime().halt(0);
+  }
 
   public static void main(String[] args) {
     cores = Runtime.getRuntime().availableProcessors();
+    if (args.length == 4 && args[0].equals("__cluster")) {
+      Clustered.childMain(args[1], args[2], args[3]);
+      return;
+    }
     if (args.length == 3 && args[0].equals("__serve")) {
       serveMain(args[1], Integer.parseInt(args[2]));
       return;
@@ -808,12 +841,17 @@ public final class Main {
       if (a.equals("--quick") || a.equals("quick")) quick = true;
       else if (a.equals("--pairs") && i + 1 < args.length) optPairs = Integer.parseInt(args[++i]);
       else if (a.equals("--size") && i + 1 < args.length) optSize = Integer.parseInt(args[++i]);
+      else if (a.equals("--mode") && i + 1 < args.length) optMode = args[++i];
       else workload = a;
     }
     int warmupsWanted = 3;
     String env = System.getenv("PEKKO_WARMUPS");
     if (env != null && !env.isBlank()) warmupsWanted = Integer.parseInt(env.trim());
     if (workload.equals("idle")) warmupsWanted = 0;
+    if (workload.equals("cluster-virtual") || workload.equals("failover")) {
+      clusterMain(workload, quick, warmupsWanted);
+      return;
+    }
 
     List<Double> warmups = new ArrayList<>();
     Res r;
