@@ -7,8 +7,10 @@
 //! Run: `cargo run -p troubadour-cluster --example cluster_counters`
 //!
 //! Across machines, each node is one process: give every node the same
-//! lease store (PostgreSQL, as it lands) and seed addresses, and build its
-//! `Remote` from PEM files (see `examples/remote_counter.rs`).
+//! lease store (`PostgresLeaseStore`, feature `postgres`) and seed
+//! addresses, and build its `Remote` from PEM files (see
+//! `examples/remote_counter.rs`; `bench/src/cluster.rs` runs three such
+//! processes).
 
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
