@@ -12,6 +12,7 @@
 //! line. The cluster runs with its defaults (10 s leases, 1024 shards,
 //! SWIM's defaults).
 
+use crate::remote::security;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
@@ -22,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
 use troubadour_cluster::{with_cluster, Cluster, Entity, EntityMessages, PostgresLeaseStore};
-use troubadour_remote::{Remote, RemoteMessage, Security, TlsConfig};
+use troubadour_remote::{Remote, RemoteMessage};
 
 // The test suite's PostgreSQL server (initdb and pg_ctl in a temporary
 // directory, as the `postgres` user), shared rather than written twice.
@@ -439,20 +440,6 @@ struct Node {
     system: ActorSystem,
     remote: Remote,
     cluster: Cluster,
-}
-
-fn security(plaintext: bool, dir: &Path, node: &str) -> Result<Security, String> {
-    if plaintext {
-        return Ok(Security::PlaintextLoopbackOnly);
-    }
-    let read = |n: &str| std::fs::read(dir.join(n)).map_err(|e| format!("{n}: {e}"));
-    let tls = TlsConfig::from_pem(
-        &read(&format!("{node}.pem"))?,
-        &read(&format!("{node}.key"))?,
-        &read("ca.pem")?,
-    )
-    .map_err(|e| e.to_string())?;
-    Ok(Security::Tls(tls))
 }
 
 fn start_node(

@@ -309,8 +309,10 @@ fn make_certificates(dir: &Path) -> Result<(), String> {
 /// one's certificate is issued for its name.
 const NODES: [&str; 3] = ["bench-client", "bench-coordinator", "bench-peer"];
 
-fn security(args: &Args, dir: &Path, node: &str) -> Result<Security, String> {
-    if args.plaintext {
+/// Node `node`'s security: plaintext on loopback, or mutual TLS from the
+/// PEM files `make_certificates` (or the cluster workloads) wrote in `dir`.
+pub(crate) fn security(plaintext: bool, dir: &Path, node: &str) -> Result<Security, String> {
+    if plaintext {
         return Ok(Security::PlaintextLoopbackOnly);
     }
     let read = |n: &str| std::fs::read(dir.join(n)).map_err(|e| format!("{n}: {e}"));
@@ -325,15 +327,18 @@ fn security(args: &Args, dir: &Path, node: &str) -> Result<Security, String> {
 
 fn start_remote(system: &ActorSystem, args: &Args, dir: &Path) -> Result<Remote, String> {
     let node = system.node();
-    let builder = Remote::builder("troubadour-bench", security(args, dir, node.name())?)
-        .register::<Ping>()
-        .register::<Pong>()
-        .register::<Rtt>()
-        .register::<Work>()
-        // Pings carry a client's reference.
-        .actor::<Client>()
-        .outbound_queue_bytes(64 * 1024 * 1024)
-        .listen("127.0.0.1:0".parse().expect("an address"));
+    let builder = Remote::builder(
+        "troubadour-bench",
+        security(args.plaintext, dir, node.name())?,
+    )
+    .register::<Ping>()
+    .register::<Pong>()
+    .register::<Rtt>()
+    .register::<Work>()
+    // Pings carry a client's reference.
+    .actor::<Client>()
+    .outbound_queue_bytes(64 * 1024 * 1024)
+    .listen("127.0.0.1:0".parse().expect("an address"));
     system
         .block_on(builder.start(system))
         .map_err(|e| e.to_string())

@@ -20,7 +20,9 @@ use crate::groups::{register_group_message, Group, GroupUpdate, Groups, GROUPS};
 use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
-use crate::region::{Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION};
+use crate::region::{
+    singleton_id, Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION,
+};
 use crate::shard::ShardCount;
 
 /// Registers what the cluster sends between nodes with the remote layer:
@@ -126,9 +128,26 @@ impl ClusterBuilder {
     /// Lets this node host entities of kind `A`, made by `factory` from
     /// their id on their first message. Register every kind on every node
     /// (a shard of any kind can land anywhere).
-    pub fn entity<A: Entity>(
+    pub fn entity<A: Entity>(self, factory: impl Fn(&str) -> A + Send + Sync + 'static) -> Self {
+        self.kind::<A>(factory, false)
+    }
+
+    /// Lets this node run kind `A`'s cluster singleton: one actor of the
+    /// kind in the whole cluster, on the node that owns its shard, started
+    /// as soon as that node hosts the shard (no message needed), never
+    /// passivated, started again on another node when its node leaves or
+    /// dies (after the lease, as any shard), and when it stops by itself.
+    /// Its mailbox keeps what is sent during a move, as an entity's does.
+    /// Register it on every node (any node may have to run it); reach it
+    /// with [`Cluster::singleton`].
+    pub fn singleton<A: Entity>(self, factory: impl Fn() -> A + Send + Sync + 'static) -> Self {
+        self.kind::<A>(move |_| factory(), true)
+    }
+
+    fn kind<A: Entity>(
         mut self,
         factory: impl Fn(&str) -> A + Send + Sync + 'static,
+        singleton: bool,
     ) -> Self {
         let messages = EntityMessages::<A>::collect();
         self.errors.extend(messages.errors);
@@ -148,6 +167,7 @@ impl ClusterBuilder {
                 Kind {
                     make,
                     deliver: messages.deliver,
+                    singleton,
                 },
             )
             .is_some()
@@ -346,6 +366,12 @@ impl Cluster {
             self.inner.groups.clone(),
             self.inner.groups.id().node(),
         )
+    }
+
+    /// Kind `A`'s cluster singleton (see [`ClusterBuilder::singleton`]),
+    /// wherever it runs now or will: an [`EntityRef`], usable at once.
+    pub fn singleton<A: Entity>(&self) -> EntityRef<A> {
+        self.entity::<A>(singleton_id(A::KIND))
     }
 
     /// This node's membership.

@@ -125,6 +125,8 @@ pub(crate) trait EntityControl: Send + Sync {
     fn stop_now(&self);
     /// Resolves once it has stopped.
     fn stopped(&self) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+    /// Whether it still runs.
+    fn is_alive(&self) -> bool;
 }
 
 impl<A: Actor> EntityControl for ActorRef<A> {
@@ -145,6 +147,10 @@ impl<A: Actor> EntityControl for ActorRef<A> {
         Box::pin(async move {
             stopped.await;
         })
+    }
+
+    fn is_alive(&self) -> bool {
+        ActorRef::is_alive(self)
     }
 }
 

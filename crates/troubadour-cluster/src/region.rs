@@ -50,6 +50,15 @@ pub(crate) type MakeEntity =
 pub(crate) struct Kind {
     pub make: MakeEntity,
     pub deliver: HashMap<&'static str, Deliverers>,
+    /// A cluster singleton: one entity, id [`singleton_id`], started as
+    /// soon as its shard is hosted (no message needed), never passivated.
+    pub singleton: bool,
+}
+
+/// The id of kind `kind`'s singleton: its kind name, so that different
+/// singletons land on different shards (and so, usually, nodes).
+pub(crate) fn singleton_id(kind: &str) -> &str {
+    kind
 }
 
 /// What the region needs, fixed at start.
@@ -530,7 +539,60 @@ impl Region {
             }
         }
         self.schedule_next(&view, ctx);
+        self.start_singletons(ctx);
         self.drain_waiting(ctx);
+    }
+
+    /// Starts every singleton whose shard is hosted here and that is not
+    /// running (first claim, a move here, or it stopped by itself: it runs
+    /// again by the next read of the store).
+    fn start_singletons(&mut self, ctx: &mut Context<Self>) {
+        if self.leaving || !self.lease_valid(ctx) {
+            return;
+        }
+        let singletons: Vec<(&'static str, MakeEntity)> = self
+            .setup
+            .kinds
+            .iter()
+            .filter(|(_, k)| k.singleton)
+            .map(|(name, k)| (*name, k.make.clone()))
+            .collect();
+        for (kind, make) in singletons {
+            let id = singleton_id(kind);
+            let shard = self.setup.shards.shard_of(id);
+            let key = (kind.to_string(), id.to_string());
+            let Some(hosted) = self.hosted.get_mut(&shard) else {
+                continue;
+            };
+            match hosted.entities.get(&key) {
+                // (Stopping: it is being handed off or passivated.)
+                Some(Slot::Stopping(_)) => continue,
+                Some(Slot::Active { entity, .. }) if entity.is_alive() => continue,
+                // Stopped by itself: started again.
+                Some(Slot::Active { .. }) => {
+                    hosted.entities.remove(&key);
+                }
+                None => {}
+            }
+            match make(ctx, id) {
+                Ok(entity) => {
+                    tracing::info!(target: "troubadour::cluster", kind, shard = shard.get(), "singleton started");
+                    let now = ctx.now();
+                    if let Some(hosted) = self.hosted.get_mut(&shard) {
+                        hosted.entities.insert(
+                            key,
+                            Slot::Active {
+                                entity,
+                                last_used: now,
+                            },
+                        );
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(target: "troubadour::cluster", kind, error = %e, "a singleton could not be started; trying again at the next read of the store");
+                }
+            }
+        }
     }
 
     /// Members whose lease is valid, this node among them.
@@ -600,6 +662,7 @@ impl Region {
                         entities: BTreeMap::new(),
                     },
                 );
+                self.start_singletons(ctx);
                 self.drain_waiting(ctx);
             }
             // The lease ran out while the claim was on its way: the shard
@@ -939,15 +1002,21 @@ impl Region {
         }
     }
 
-    /// Every active entity with when it was last sent something.
+    /// Every active entity but the singletons (never passivated), with
+    /// when it was last sent something.
     fn active_entities(&self) -> impl Iterator<Item = (ShardId, &EntityKey, Instant)> {
-        self.hosted.iter().flat_map(|(shard, hosted)| {
+        let kinds = &self.setup.kinds;
+        self.hosted.iter().flat_map(move |(shard, hosted)| {
             hosted
                 .entities
                 .iter()
                 .filter_map(move |(key, slot)| match slot {
-                    Slot::Active { last_used, .. } => Some((*shard, key, *last_used)),
-                    Slot::Stopping(_) => None,
+                    Slot::Active { last_used, .. }
+                        if !kinds.get(key.0.as_str()).is_some_and(|k| k.singleton) =>
+                    {
+                        Some((*shard, key, *last_used))
+                    }
+                    _ => None,
                 })
         })
     }

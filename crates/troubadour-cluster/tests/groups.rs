@@ -9,11 +9,12 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour_cluster::{with_cluster, Cluster, GroupError, MembershipConfig, MemoryLeaseStore};
+use troubadour_cluster::{Cluster, GroupError, MemoryLeaseStore};
 use troubadour_remote::dev_certs::DevCa;
-use troubadour_remote::{Remote, RemoteMessage, Security};
+use troubadour_remote::{Remote, RemoteMessage};
 
-const GUARD: Duration = Duration::from_secs(60);
+mod common;
+use common::{eventually, fast_membership, tls_remote};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Said(u64);
@@ -41,27 +42,12 @@ struct Node {
 
 fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>) -> Node {
     let system = ActorSystem::builder().name(name).build();
-    let remote = system
-        .block_on(
-            with_cluster(Remote::builder(
-                "groups-test",
-                Security::Tls(ca.tls(name).unwrap()),
-            ))
-            // Members travel as `Recipient<Said>`s: the remote layer
-            // must know `Said`, as for any message that crosses nodes.
-            .register::<Said>()
-            .listen("127.0.0.1:0".parse().unwrap())
-            .start(&system),
-        )
-        .unwrap();
+    // Members travel as `Recipient<Said>`s: the remote layer must know
+    // `Said`, as for any message that crosses nodes.
+    let remote = tls_remote(&system, ca, "groups-test", name, |b| b.register::<Said>());
     let starting = Cluster::builder(store.clone())
         .lease(Duration::from_secs(3), Duration::from_millis(300))
-        .membership(
-            MembershipConfig::expected_size(3)
-                .probe_period(Duration::from_millis(200))
-                .probe_rtt(Duration::from_millis(100))
-                .suspect_to_down_after(Duration::from_secs(1)),
-        )
+        .membership(fast_membership())
         .group::<Said>()
         .start(&system, &remote);
     let cluster = system.block_on(starting).unwrap();
@@ -76,14 +62,6 @@ fn join_cluster(n: &Node, seed: &Node) {
     let seed = seed.remote.local_addr().unwrap();
     n.system
         .block_on(n.cluster.membership().join_addresses(&n.remote, &[seed]));
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < GUARD, "hang guard: {what} never held");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn members(n: &Node, group: &str) -> usize {

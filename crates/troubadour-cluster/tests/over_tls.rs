@@ -9,15 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{
-    with_cluster, Cluster, Entity, EntityMessages, LeaseStore, MembershipConfig, MemoryLeaseStore,
-    PostgresLeaseStore, ShardCount,
+    Cluster, Entity, EntityMessages, LeaseStore, MemoryLeaseStore, PostgresLeaseStore, ShardCount,
 };
 
 mod postgres;
 use troubadour_remote::dev_certs::DevCa;
-use troubadour_remote::{Remote, RemoteMessage, Security};
+use troubadour_remote::{Remote, RemoteMessage};
 
-const GUARD: Duration = Duration::from_secs(60);
+mod common;
+use common::{eventually, fast_membership, tls_remote, GUARD};
 
 #[derive(Debug, Serialize, Deserialize)]
 struct Add(u64);
@@ -65,25 +65,11 @@ struct Node {
 }
 
 fn node_on(system: ActorSystem, ca: &DevCa, name: &str, store: Arc<dyn LeaseStore>) -> Node {
-    let remote = system
-        .block_on(
-            with_cluster(Remote::builder(
-                "tls-cluster",
-                Security::Tls(ca.tls(name).unwrap()),
-            ))
-            .listen("127.0.0.1:0".parse().unwrap())
-            .start(&system),
-        )
-        .unwrap();
+    let remote = tls_remote(&system, ca, "tls-cluster", name, |b| b);
     let starting = Cluster::builder(store.clone())
         .shards(ShardCount::new(32).unwrap())
         .lease(Duration::from_secs(3), Duration::from_millis(300))
-        .membership(
-            MembershipConfig::expected_size(3)
-                .probe_period(Duration::from_millis(200))
-                .probe_rtt(Duration::from_millis(100))
-                .suspect_to_down_after(Duration::from_secs(1)),
-        )
+        .membership(fast_membership())
         .entity::<Counter>(|_| Counter(0))
         .start(&system, &remote);
     let cluster = system.block_on(starting).unwrap();
@@ -92,14 +78,6 @@ fn node_on(system: ActorSystem, ca: &DevCa, name: &str, store: Arc<dyn LeaseStor
         remote,
         cluster,
         store,
-    }
-}
-
-fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = std::time::Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < GUARD, "hang guard: {what} never held");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
