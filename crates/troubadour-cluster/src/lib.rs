@@ -25,6 +25,8 @@
 mod cluster;
 mod entity;
 mod groups;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod lease;
 mod local_lease;
 pub mod membership;
