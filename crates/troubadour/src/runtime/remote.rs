@@ -128,9 +128,13 @@ pub trait Route: Send + Sync + 'static {
 /// let flush = Arc::new(Flush::default());
 /// let sender = system.spawn(Sender(flush.clone()))?;
 /// assert!(sender.ask(Send3).wait()?);
-/// // The ask's reply was sent inside the turn; the flush runs right after.
-/// sender.ask(Send3).wait()?;
-/// assert!(flush.0.load(Ordering::SeqCst) >= 1);
+/// // The ask's reply was sent inside the turn; the flush runs right after
+/// // the turn, which the asker may see a moment later: wait for it.
+/// let start = std::time::Instant::now();
+/// while flush.0.load(Ordering::SeqCst) == 0 {
+///     assert!(start.elapsed().as_secs() < 30, "hang guard: the turn never ended");
+///     std::thread::yield_now();
+/// }
 /// assert!(!at_turn_end(&(flush as Arc<dyn TurnEnd>)), "not a worker thread");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
