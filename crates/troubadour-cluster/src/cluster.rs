@@ -25,8 +25,11 @@ use crate::region::{
 };
 use crate::shard::ShardCount;
 
-/// Registers what the cluster sends between nodes with the remote layer:
-/// call it on the [`RemoteBuilder`] of every node of a cluster.
+/// Registers what the cluster sends between nodes with the remote layer,
+/// and leaves the verdict on who is up to membership (a node is declared
+/// down by the remote layer only when it restarted, so one cut off by a
+/// partition of any length comes back once the network heals): call it on
+/// the [`RemoteBuilder`] of every node of a cluster.
 ///
 /// ```no_run
 /// # use troubadour_remote::{Remote, Security};
@@ -35,6 +38,9 @@ use crate::shard::ShardCount;
 /// ```
 pub fn with_cluster(builder: RemoteBuilder) -> RemoteBuilder {
     builder
+        // Membership decides who is up; a node cut off for longer than
+        // the remote layer's patience must still come back once healed.
+        .node_down_only_when_replaced()
         .register::<Routed>()
         .actor::<Region>()
         .register::<GroupUpdate>()

@@ -314,6 +314,49 @@ pub(crate) fn flush_codec() -> &'static MessageCodec {
     codec_of::<Flush>().expect("registered above")
 }
 
+/// A node that left the store tells every member's region so: the member
+/// stops using it as a path and answers with [`Departed`], down the same
+/// path as everything it sent there before.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Departing {
+    pub name: String,
+    pub incarnation: u64,
+}
+
+impl Message for Departing {
+    type Reply = ();
+}
+
+impl RemoteMessage for Departing {
+    const NAME: &'static str = "troubadour.cluster.Departing";
+}
+
+/// A member's answer to [`Departing`]: it sends the departing node nothing
+/// more, and everything it sent before has arrived (one path, in order).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Departed {
+    pub name: String,
+    pub incarnation: u64,
+}
+
+impl Message for Departed {
+    type Reply = ();
+}
+
+impl RemoteMessage for Departed {
+    const NAME: &'static str = "troubadour.cluster.Departed";
+}
+
+/// The codecs of the departure's markers (registered on first use).
+pub(crate) fn departure_codecs() -> (&'static MessageCodec, &'static MessageCodec) {
+    register_message::<Departing>().expect("the cluster's own name is taken by no user type");
+    register_message::<Departed>().expect("the cluster's own name is taken by no user type");
+    (
+        codec_of::<Departing>().expect("registered above"),
+        codec_of::<Departed>().expect("registered above"),
+    )
+}
+
 // ---- the envelope -----------------------------------------------------------
 
 /// An entity message on its way to the region of its shard's owner.

@@ -113,6 +113,13 @@ impl MembershipConfig {
         // The control lane is a TCP stream, not a UDP datagram: larger
         // messages carry more updates at once.
         config.max_packet_size = NonZeroUsize::new(16 * 1024).expect("not zero");
+        // Both sides of a healed partition hold each other down; each side
+        // announces itself to members it holds down, and foca's default
+        // (every 65 s) would leave a healed cluster split for a minute.
+        config.periodic_announce_to_down_members = Some(foca::PeriodicParams {
+            frequency: Duration::from_secs(5),
+            num_members: NonZeroUsize::new(2).expect("not zero"),
+        });
         MembershipConfig { config, seed: None }
     }
 
@@ -207,6 +214,12 @@ pub struct Membership {
 impl Membership {
     /// Starts membership for `system`, on `remote`'s control lane. The node
     /// is alone until [`join`](Self::join) reaches a member.
+    ///
+    /// Build `remote` with
+    /// [`node_down_only_when_replaced`](troubadour_remote::RemoteBuilder::node_down_only_when_replaced)
+    /// ([`with_cluster`](crate::with_cluster) does): otherwise the remote
+    /// layer gives up for good on a member silent for 30 s, and a longer
+    /// partition never heals.
     pub fn start(
         system: &SystemHandle,
         remote: &Remote,

@@ -19,7 +19,7 @@
 //! shard that drains, in order, as soon as an owner is known. Asks keep
 //! their reply: the entity's answer comes back through the regions.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -29,8 +29,8 @@ use troubadour::{DeferredReply, NodeId};
 use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
 
 use crate::entity::{
-    flush_codec, Answer, AnyEntity, Deliverers, Flush, MessageCodec, Reply, Routed, Undelivered,
-    WireAskError, ENTITY_ASK_LIMIT,
+    departure_codecs, flush_codec, Answer, AnyEntity, Deliverers, Departed, Departing, Flush,
+    MessageCodec, Reply, Routed, Undelivered, WireAskError, ENTITY_ASK_LIMIT,
 };
 use crate::lease::{Assignment, LeaseError, LeaseStore, NodeKey, StoreView};
 use crate::local_lease::{LocalLease, Renewal};
@@ -175,12 +175,36 @@ pub(crate) struct Region {
     left: bool,
     /// The last view needed no move to or from this node.
     balanced: bool,
-    /// Where this region last sent each shard's messages.
-    sent_to: HashMap<ShardId, Target>,
+    /// Where this region last sent each shard's messages, with an entity
+    /// of the shard (a flush down that path is routed by its id).
+    sent_to: HashMap<ShardId, (Target, String)>,
+    /// Once the store let the node go: what it waits for before its leave
+    /// is done.
+    departure: Option<Departure>,
     /// Shards whose old path is being flushed: what is sent meanwhile
     /// waits here, in order.
     moving: HashMap<ShardId, VecDeque<Pending>>,
     flush: &'static MessageCodec,
+    departing: &'static MessageCodec,
+    departed: &'static MessageCodec,
+}
+
+/// A node that left the store is still the path of what other regions
+/// sent it before they learnt of the move (it forwards that to the new
+/// owners). Its leave is done, and its process may end, only when every
+/// member answered [`Departing`] (so sends it nothing more: the answer
+/// comes down the same path, after everything sent before it), nothing
+/// here waits for an owner, and a flush down each path it forwarded on has
+/// come back (what it forwarded is with the new owners, ahead of what the
+/// senders now send them directly). A member that is down or silent past
+/// [`DEPARTURE_LIMIT`] is not waited for.
+struct Departure {
+    /// Members that have not answered yet.
+    unanswered: BTreeSet<NodeKey>,
+    /// Shards whose forwarding path is being flushed; `None` until the
+    /// flushes start.
+    flushing: Option<BTreeSet<ShardId>>,
+    gave_up: bool,
 }
 
 /// Where a region sends a shard's messages.
@@ -246,6 +270,9 @@ impl Message for Recheck {
 /// connection has not been seen to break), and failover must not wait.
 const FLUSH_LIMIT: Duration = Duration::from_secs(1);
 
+/// How long a leaving node waits for members to answer its departure.
+const DEPARTURE_LIMIT: Duration = Duration::from_secs(10);
+
 /// How soon the store is read again while messages wait for an owner.
 const RECHECK_WAITING: Duration = Duration::from_millis(200);
 impl Message for Tick {
@@ -276,8 +303,11 @@ impl Region {
             left: false,
             balanced: false,
             sent_to: HashMap::new(),
+            departure: None,
             moving: HashMap::new(),
             flush: flush_codec(),
+            departing: departure_codecs().0,
+            departed: departure_codecs().1,
         }
     }
 
@@ -727,7 +757,7 @@ impl Region {
         // (Also when the old node is no longer a member: one that left
         // gracefully still forwards what reached it; for one that died the
         // flush ends with the connection, or at its time limit.)
-        if let Some(Target::Node(old)) = self.sent_to.get(&shard) {
+        if let Some((Target::Node(old), _)) = self.sent_to.get(&shard) {
             if Target::Node(old.clone()) != target {
                 let old = old.clone();
                 let id = p.routed.id.clone();
@@ -736,7 +766,13 @@ impl Region {
                 return;
             }
         }
-        self.sent_to.insert(shard, target);
+        match self.sent_to.get_mut(&shard) {
+            Some((last, _)) if *last == target => {}
+            // A new path: the only time the id is copied.
+            _ => {
+                self.sent_to.insert(shard, (target, p.routed.id.clone()));
+            }
+        }
         match elsewhere {
             None => self.deliver(shard, p, ctx),
             Some((key, node)) => self.forward(key, node, p, ctx),
@@ -782,6 +818,118 @@ impl Region {
         let held = self.moving.remove(&shard).unwrap_or_default();
         for p in held {
             self.route(p, ctx);
+        }
+        if let Some(flushing) = self.departure.as_mut().and_then(|d| d.flushing.as_mut()) {
+            if flushing.remove(&shard) {
+                self.check_departure(ctx);
+            }
+        }
+    }
+
+    // ---- leaving ----------------------------------------------------------
+
+    /// The store let the node go: tell every member (see [`Departure`]).
+    fn depart(&mut self, ctx: &mut Context<Self>) {
+        let members: Vec<(NodeKey, NodeId)> = self
+            .members
+            .iter()
+            .map(|(k, n)| (k.clone(), n.clone()))
+            .collect();
+        self.departure = Some(Departure {
+            unanswered: members.iter().map(|(k, _)| k.clone()).collect(),
+            flushing: None,
+            gave_up: false,
+        });
+        for (key, node) in members {
+            let marker = self.marker(
+                self.departing,
+                Departing {
+                    name: self.key.name.clone(),
+                    incarnation: self.key.incarnation,
+                },
+            );
+            self.forward(key, node, marker, ctx);
+        }
+        ctx.send_after(DEPARTURE_LIMIT, GiveUpDeparture);
+        self.check_departure(ctx);
+    }
+
+    fn marker(&self, codec: &'static MessageCodec, body: impl Send + 'static) -> Pending {
+        Pending {
+            routed: Routed {
+                kind: String::new(),
+                id: String::new(),
+                codec,
+                body: Box::new(body),
+            },
+            reply: None,
+            local: true,
+        }
+    }
+
+    /// A member's region says a node left: send it nothing more, answer
+    /// down the path everything else went.
+    fn on_departing(&mut self, departing: Departing, ctx: &mut Context<Self>) {
+        let key = NodeKey::new(departing.name, departing.incarnation);
+        self.members.remove(&key);
+        let Ok(node) = NodeId::remote(&key.name, None, key.incarnation) else {
+            return;
+        };
+        let answer = self.marker(
+            self.departed,
+            Departed {
+                name: self.key.name.clone(),
+                incarnation: self.key.incarnation,
+            },
+        );
+        self.forward(key, node, answer, ctx);
+        // Where its shards went is in the store.
+        self.renew(ctx);
+    }
+
+    fn on_departed(&mut self, key: &NodeKey, ctx: &mut Context<Self>) {
+        if let Some(d) = self.departure.as_mut() {
+            if d.unanswered.remove(key) {
+                self.check_departure(ctx);
+            }
+        }
+    }
+
+    /// Ends the leave once nothing more is owed (see [`Departure`]).
+    fn check_departure(&mut self, ctx: &mut Context<Self>) {
+        let Some(d) = self.departure.as_mut() else {
+            return;
+        };
+        if d.flushing.is_none() {
+            let settled = d.gave_up
+                || (d.unanswered.is_empty() && self.waiting.is_empty() && self.moving.is_empty());
+            if !settled {
+                return;
+            }
+            let paths: Vec<(ShardId, NodeKey, String)> = self
+                .sent_to
+                .iter()
+                .filter_map(|(shard, (target, id))| match target {
+                    Target::Node(k) => Some((*shard, k.clone(), id.clone())),
+                    Target::Here => None,
+                })
+                .collect();
+            d.flushing = Some(paths.iter().map(|(s, _, _)| *s).collect());
+            for (shard, to, id) in paths {
+                self.moving.entry(shard).or_default();
+                self.flush_old_path(shard, to, id, ctx);
+            }
+        }
+        let done = self
+            .departure
+            .as_ref()
+            .and_then(|d| d.flushing.as_ref())
+            .is_some_and(|f| f.is_empty());
+        if done {
+            self.departure = None;
+            for reply in std::mem::take(&mut self.leave_waiters) {
+                let _ = reply.send(Ok(()));
+            }
         }
     }
 
@@ -1222,18 +1370,19 @@ impl Region {
             Event::Passivated(shard, key) => self.on_passivated(shard, key, ctx),
             Event::Flushed(shard) => self.on_flushed(shard, ctx),
             Event::Left(result) => {
+                // Read the store on: what waits here goes to the new owners.
+                self.renew(ctx);
                 if result.is_ok() {
                     self.left = true;
                     self.setup.lease.lost();
+                    self.depart(ctx);
                 } else {
                     // Try again at the next leave; keep the lease meanwhile.
                     self.leaving = false;
+                    for reply in std::mem::take(&mut self.leave_waiters) {
+                        let _ = reply.send(result.clone());
+                    }
                 }
-                for reply in std::mem::take(&mut self.leave_waiters) {
-                    let _ = reply.send(result.clone());
-                }
-                // Read the store on: what waits here goes to the new owners.
-                self.renew(ctx);
             }
         }
     }
@@ -1334,8 +1483,35 @@ impl Handler<LocalRouted> for Region {
     }
 }
 
+/// Stop waiting for members that did not answer a departure.
+struct GiveUpDeparture;
+impl Message for GiveUpDeparture {
+    type Reply = ();
+}
+
+impl Handler<GiveUpDeparture> for Region {
+    fn handle(&mut self, _: GiveUpDeparture, ctx: &mut Context<Self>) {
+        if let Some(d) = self.departure.as_mut() {
+            d.gave_up = true;
+            self.check_departure(ctx);
+        }
+    }
+}
+
 impl Handler<Routed> for Region {
     fn handle(&mut self, routed: Routed, ctx: &mut Context<Self>) -> Answer {
+        if std::ptr::eq(routed.codec, self.departing) {
+            if let Ok(d) = routed.body.downcast::<Departing>() {
+                self.on_departing(*d, ctx);
+            }
+            return Answer(Err(WireAskError::Other("a marker has no answer".into())));
+        }
+        if std::ptr::eq(routed.codec, self.departed) {
+            if let Ok(d) = routed.body.downcast::<Departed>() {
+                self.on_departed(&NodeKey::new(d.name, d.incarnation), ctx);
+            }
+            return Answer(Err(WireAskError::Other("a marker has no answer".into())));
+        }
         let reply = ctx.defer_reply::<Routed>();
         self.check_lease(ctx);
         self.route(
@@ -1361,6 +1537,7 @@ impl Handler<MemberEvent> for Region {
             MemberEvent::Down(node) => {
                 let key = NodeKey::new(node.name(), node.incarnation());
                 self.members.remove(&key);
+                self.on_departed(&key, ctx);
                 // A region already found stays: one that left still
                 // answers the flush of what was sent to it; for one that
                 // died, the flush ends with its connection or time limit.

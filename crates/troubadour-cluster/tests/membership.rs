@@ -99,6 +99,49 @@ fn a_node_cut_off_is_declared_down_within_seconds_and_rejoins_after_the_heal() {
     });
 }
 
+/// A split that lasts minutes (far past the remote layer's 30 s of
+/// patience for a silent node) heals within seconds of the network: each
+/// side announces itself to the members it holds down, and the remote
+/// layer, configured as a cluster's is, never gave up on them.
+#[test]
+fn a_split_of_minutes_heals_within_seconds_of_the_network() {
+    simulate_network(seeds(20), |net| {
+        let members: Vec<Membership> = (0..5)
+            .map(|i| {
+                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
+                start(net, node)
+            })
+            .collect();
+        for m in &members[1..] {
+            m.join([net.system(0).node()]);
+        }
+        net.run_for(5 * S);
+        for a in 0..3 {
+            for b in 3..5 {
+                net.partition(a, b);
+            }
+        }
+        net.run_for(120 * S);
+        for m in &members[..3] {
+            assert_eq!(names(&m.members()), all(3), "as {} sees it", m.myself());
+        }
+        for m in &members[3..] {
+            assert_eq!(
+                names(&m.members()),
+                ["n3", "n4"],
+                "as {} sees it",
+                m.myself()
+            );
+        }
+        net.heal_all();
+        // Announces to down members every 5 s, a probe a second.
+        net.run_for(15 * S);
+        for m in &members {
+            assert_eq!(names(&m.members()), all(5), "as {} sees it", m.myself());
+        }
+    });
+}
+
 #[test]
 fn a_crashed_node_is_declared_down_and_its_restart_is_a_new_member() {
     simulate_network(seeds(20), |net| {

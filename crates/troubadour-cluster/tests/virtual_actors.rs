@@ -10,11 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{
-    with_cluster, Assignment, Cluster, Entity, EntityMessages, LeaseError, LeaseStore,
-    MembershipConfig, MemoryLeaseStore, NodeKey, ShardCount, ShardId, StoreFuture, StoreView,
+    with_cluster, Cluster, Entity, EntityMessages, LeaseStore, MembershipConfig, MemoryLeaseStore,
+    ShardCount,
 };
 use troubadour_remote::RemoteMessage;
 use troubadour_testkit::{seeds, simulate_network, NodeIndex, SimNetwork};
+
+mod store_link;
+use store_link::StoreLink;
 
 const S: Duration = Duration::from_secs(1);
 const TTL: Duration = Duration::from_secs(10);
@@ -577,62 +580,6 @@ fn a_node_that_leaves_hands_its_shards_over_within_a_second() {
 
 // ---- the lease store out of reach -------------------------------------------
 
-/// One node's way to the shared store, which the test can cut: every
-/// operation then fails as an unreachable store does.
-struct Reachable {
-    store: Arc<MemoryLeaseStore>,
-    cut: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Reachable {
-    fn check(&self) -> Result<(), LeaseError> {
-        if self.cut.load(std::sync::atomic::Ordering::SeqCst) {
-            Err(LeaseError::Unavailable("cut off by the test".into()))
-        } else {
-            Ok(())
-        }
-    }
-}
-
-impl LeaseStore for Reachable {
-    fn join(&self, shards: ShardCount) -> StoreFuture<'_, ()> {
-        match self.check() {
-            Ok(()) => self.store.join(shards),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn renew(&self, node: &NodeKey, ttl: Duration) -> StoreFuture<'_, ()> {
-        match self.check() {
-            Ok(()) => self.store.renew(node, ttl),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn leave(&self, node: &NodeKey) -> StoreFuture<'_, ()> {
-        match self.check() {
-            Ok(()) => self.store.leave(node),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn view(&self) -> StoreFuture<'_, StoreView> {
-        match self.check() {
-            Ok(()) => self.store.view(),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn claim(&self, shard: ShardId, by: &NodeKey, seen: u64) -> StoreFuture<'_, Assignment> {
-        match self.check() {
-            Ok(()) => self.store.claim(shard, by, seen),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-    fn release(&self, shard: ShardId, by: &NodeKey, epoch: u64) -> StoreFuture<'_, Assignment> {
-        match self.check() {
-            Ok(()) => self.store.release(shard, by, epoch),
-            Err(e) => Box::pin(std::future::ready(Err(e))),
-        }
-    }
-}
-
 /// A node that loses its way to the lease store stops its shards before
 /// its lease runs out in the store, and says so in its status; the others
 /// take the shards over once the store's lease has run out, and no entity
@@ -643,15 +590,12 @@ fn a_node_cut_off_from_the_lease_store_stops_its_shards_before_others_take_them(
         let store = Arc::new(MemoryLeaseStore::with_clock(net.clock()).recording());
         let activations: Activations = Arc::default();
         let alive: AliveLog = Arc::default();
-        let cuts: Vec<Arc<std::sync::atomic::AtomicBool>> =
-            (0..3).map(|_| Arc::default()).collect();
+        let mut cuts = Vec::new();
         let mut clusters = Vec::new();
-        for (i, cut) in cuts.iter().enumerate() {
+        for i in 0..3 {
             net.node(&format!("n{i}"), with_cluster);
-            let reachable = Arc::new(Reachable {
-                store: store.clone(),
-                cut: cut.clone(),
-            });
+            let (reachable, cut) = StoreLink::new(&store);
+            cuts.push(cut);
             clusters.push(start_node(
                 net,
                 i,

@@ -14,7 +14,8 @@
 //! The node is declared down, for good, when a reconnect finds another
 //! incarnation at its address (it restarted: a new node) or when attempts
 //! have failed for longer than `node_down_after` (30 s by default, on the
-//! system's clock, so virtual time in a simulation).
+//! system's clock, so virtual time in a simulation; never, where the layer
+//! above decides who is up: `RemoteBuilder::node_down_only_when_replaced`).
 //!
 //! On a simulated network the simulation dials: a new connection goes on
 //! the list it takes (`Shared::sim_dials`) with its backoff, and the
@@ -153,7 +154,9 @@ impl NodeLink {
     fn expect_redial(self: &Arc<Self>, shared: &Arc<Shared>, peer: &Arc<Peer>) {
         let link = self.clone();
         let peer = peer.clone();
-        let after = shared.config.node_down_after;
+        let Some(after) = shared.config.node_down_after else {
+            return;
+        };
         shared.runtime.spawn(async move {
             tokio::time::sleep(after).await;
             let still_waiting = {
@@ -209,7 +212,10 @@ impl NodeLink {
             let mut s = lock(&self.state);
             s.failures += 1;
             let since = *s.failing_since.get_or_insert(now);
-            now.saturating_duration_since(since) >= shared.config.node_down_after
+            shared
+                .config
+                .node_down_after
+                .is_some_and(|after| now.saturating_duration_since(since) >= after)
         };
         if give_up {
             self.declare_down();

@@ -32,7 +32,9 @@ pub(crate) struct Config {
     pub max_depth: usize,
     pub remote_ask_limit: Duration,
     pub lookup_timeout: Duration,
-    pub node_down_after: Duration,
+    /// `None`: a lost node is declared down only when another
+    /// incarnation answers at its address.
+    pub node_down_after: Option<Duration>,
     pub turns_on_io_thread: bool,
 }
 
@@ -45,7 +47,7 @@ impl Default for Config {
             max_depth: DEFAULT_MAX_DEPTH,
             remote_ask_limit: Duration::from_secs(300),
             lookup_timeout: Duration::from_secs(10),
-            node_down_after: Duration::from_secs(30),
+            node_down_after: Some(Duration::from_secs(30)),
             turns_on_io_thread: true,
         }
     }
@@ -495,7 +497,23 @@ impl RemoteBuilder {
     /// How long reconnecting to a lost node may fail before the node is
     /// declared down for good (default 30 s).
     pub fn node_down_after(mut self, after: Duration) -> Self {
-        self.config.node_down_after = after;
+        self.config.node_down_after = Some(after);
+        self
+    }
+
+    /// Declares a lost node down only when its address answers with
+    /// another incarnation (it restarted: a new node), never for being
+    /// silent: reconnects go on at the backoff's pace (5 s at most) for as
+    /// long as something is sent to it, and a node cut off by a partition
+    /// of any length is reached again once the network heals.
+    ///
+    /// For a layer above that decides itself who is up, as a cluster's
+    /// membership does (a member wrongly declared down must be able to
+    /// come back); `troubadour_cluster::with_cluster` sets it. What waits
+    /// for a silent node stays bounded by the outbound queue, and asks end
+    /// by their time-outs.
+    pub fn node_down_only_when_replaced(mut self) -> Self {
+        self.config.node_down_after = None;
         self
     }
 
