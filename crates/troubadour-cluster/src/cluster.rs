@@ -15,6 +15,7 @@ use troubadour::prelude::*;
 use troubadour::{Ask, AskError, Handles, SystemHandle};
 use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
 
+use crate::discovery::{Discoverer, Discovery};
 use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed};
 use crate::groups::{register_group_message, Group, GroupUpdate, Groups, GROUPS};
 use crate::lease::{LeaseError, LeaseStore};
@@ -24,6 +25,9 @@ use crate::region::{
     singleton_id, Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION,
 };
 use crate::shard::ShardCount;
+
+/// How often a node alone asks its discovery again, by default.
+const DISCOVERY_EVERY: Duration = Duration::from_secs(5);
 
 /// Registers what the cluster sends between nodes with the remote layer,
 /// and leaves the verdict on who is up to membership (a node is declared
@@ -58,6 +62,7 @@ pub struct ClusterBuilder {
     passivate_after: Option<Duration>,
     max_active: Option<usize>,
     membership: MembershipConfig,
+    discovery: Option<(Arc<dyn Discovery>, Duration)>,
     kinds: HashMap<&'static str, Kind>,
     errors: Vec<String>,
 }
@@ -184,6 +189,39 @@ impl ClusterBuilder {
         self
     }
 
+    /// Finds nodes to join through with `discovery`
+    /// ([`StaticSeeds`](crate::discovery::StaticSeeds), `DnsSeeds` with
+    /// feature `dns`, `KubernetesSeeds` with feature `kubernetes`, or your
+    /// own): at start, and again every 5 s (see
+    /// [`discovery_every`](Self::discovery_every)) for as long as this node
+    /// sees no other member. Without it, call [`Membership::join`] or
+    /// [`Membership::join_addresses`] yourself.
+    ///
+    /// ```no_run
+    /// # use std::sync::Arc;
+    /// use troubadour_cluster::{discovery::StaticSeeds, Cluster, MemoryLeaseStore};
+    /// let seeds = StaticSeeds::new(["10.0.0.1:7100".parse().unwrap(), "10.0.0.2:7100".parse().unwrap()]);
+    /// let builder = Cluster::builder(Arc::new(MemoryLeaseStore::new())).discovery(seeds);
+    /// ```
+    pub fn discovery(mut self, discovery: impl Discovery) -> Self {
+        let every = self.discovery.take().map_or(DISCOVERY_EVERY, |(_, e)| e);
+        self.discovery = Some((Arc::new(discovery), every));
+        self
+    }
+
+    /// How often a node that sees no other member asks its
+    /// [`discovery`](Self::discovery) again (default 5 s).
+    pub fn discovery_every(mut self, every: Duration) -> Self {
+        if let Some((_, e)) = self.discovery.as_mut() {
+            *e = every;
+        } else {
+            self.errors.push(
+                "discovery_every is set before any discovery: call discovery(..) first".into(),
+            );
+        }
+        self
+    }
+
     /// Starts membership and the region on `system`, exposed on `remote`
     /// (built with [`with_cluster`]), and joins the lease store. The node
     /// is alone until [`Membership::join`] (through
@@ -245,6 +283,16 @@ impl ClusterBuilder {
             .expose(GROUPS, &groups)
             .map_err(ClusterError::Remote)?;
         membership.subscribe(groups.recipient());
+        if let Some((discovery, every)) = self.discovery {
+            system
+                .spawn(Discoverer {
+                    discovery,
+                    membership: membership.clone(),
+                    lookup: remote.node_lookup(),
+                    every,
+                })
+                .map_err(|e| ClusterError::Spawn(e.to_string()))?;
+        }
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 region,
@@ -323,6 +371,7 @@ impl Cluster {
             passivate_after: Some(Duration::from_secs(120)),
             max_active: None,
             membership: MembershipConfig::default(),
+            discovery: None,
             kinds: HashMap::new(),
             errors: Vec::new(),
         }

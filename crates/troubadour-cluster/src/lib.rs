@@ -14,7 +14,9 @@
 //! * [`LocalLease`]: a node's half of that argument, its lease by its own
 //!   monotonic clock;
 //! * [`membership`]: who is up, from foca (SWIM) over the remote layer's
-//!   control lane, driven by an actor on the system's clock.
+//!   control lane, driven by an actor on the system's clock;
+//! * [`discovery`]: where a starting node finds others to join through (a
+//!   static list, DNS, the Kubernetes API, or a source of the user's).
 //!
 //! Shard regions with virtual actors, handoff, passivation and the
 //! PostgreSQL store build on these; cluster-wide groups ([`Group`], like
@@ -23,6 +25,7 @@
 #![warn(missing_docs)]
 
 mod cluster;
+pub mod discovery;
 mod entity;
 mod groups;
 #[cfg(feature = "http")]

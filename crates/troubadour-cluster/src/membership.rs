@@ -30,7 +30,7 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour::{NodeId, Recipient, SystemHandle};
-use troubadour_remote::{ControlChannel, Remote, RemoteError};
+use troubadour_remote::{ControlChannel, NodeLookup, Remote, RemoteError};
 
 /// The control channel membership travels on.
 pub const CHANNEL: &str = "troubadour.cluster.membership";
@@ -272,9 +272,15 @@ impl Membership {
     /// Connects to each address (a seed list, a DNS answer) and announces
     /// this node to the nodes found there; returns how many answered.
     pub async fn join_addresses(&self, remote: &Remote, seeds: &[SocketAddr]) -> usize {
+        self.join_at(&remote.node_lookup(), seeds).await
+    }
+
+    /// [`join_addresses`](Self::join_addresses) through a handle on the
+    /// remote layer (what an actor keeps).
+    pub async fn join_at(&self, lookup: &NodeLookup, seeds: &[SocketAddr]) -> usize {
         let mut found = Vec::new();
         for addr in seeds {
-            if let Ok(node) = remote.connect(*addr).await {
+            if let Ok(node) = lookup.connect(*addr).await {
                 found.push(node);
             }
         }

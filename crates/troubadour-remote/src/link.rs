@@ -240,6 +240,12 @@ impl NodeLink {
         }
     }
 
+    /// Drops the connection (the node's remote layer shut down).
+    pub(crate) fn forget_connection(&self) {
+        let current = lock(&self.state).current.take();
+        drop(current);
+    }
+
     /// The connection in use, if one is, without dialling.
     pub(crate) fn live(&self) -> Option<Arc<Peer>> {
         lock(&self.state)

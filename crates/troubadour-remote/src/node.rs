@@ -809,17 +809,34 @@ impl Remote {
         for p in peers {
             p.close();
         }
+        // A connection holds this node's shared state and its node's link
+        // holds the connection: forget both, or neither is ever freed (nor
+        // the system and its runtime behind them).
+        let links: Vec<Arc<NodeLink>> = {
+            let mut peers = lock(&self.shared.peers);
+            peers.dialled.clear();
+            peers.links.drain().map(|(_, link)| link).collect()
+        };
+        for link in links {
+            link.forget_connection();
+        }
+        lock(&self.shared.sim_dials).clear();
     }
 
     async fn peer(&self, addr: SocketAddr) -> Result<Arc<Peer>, ConnectError> {
-        let known = lock(&self.shared.peers).dialled.get(&addr).cloned();
-        if let Some(peer) = known.and_then(|link| link.current()) {
-            return Ok(peer);
-        }
-        let server_name = addr.ip().to_string();
-        let conn = self.shared.endpoint.connect(addr, &server_name).await?;
-        attach(&self.shared, conn, Some(addr)).ok_or(ConnectError::Closed)
+        dial(&self.shared, addr).await
     }
+}
+
+/// The connection to the node listening at `addr`: the one up, or a new one.
+async fn dial(shared: &Arc<Shared>, addr: SocketAddr) -> Result<Arc<Peer>, ConnectError> {
+    let known = lock(&shared.peers).dialled.get(&addr).cloned();
+    if let Some(peer) = known.and_then(|link| link.current()) {
+        return Ok(peer);
+    }
+    let server_name = addr.ip().to_string();
+    let conn = shared.endpoint.connect(addr, &server_name).await?;
+    attach(shared, conn, Some(addr)).ok_or(ConnectError::Closed)
 }
 
 /// Looks actors up on nodes known by their [`NodeId`]. See
@@ -830,6 +847,13 @@ pub struct NodeLookup {
 }
 
 impl NodeLookup {
+    /// Connects to the node listening at `addr` (a seed a discovery found)
+    /// and says which node it is, as [`Remote::connect`] does.
+    pub async fn connect(&self, addr: SocketAddr) -> Result<NodeId, ConnectError> {
+        let shared = self.shared.upgrade().ok_or(ConnectError::Closed)?;
+        Ok(dial(&shared, addr).await?.node.clone())
+    }
+
     /// The actor `node` exposes under `name`, as an ordinary `ActorRef<A>`.
     /// Dials the node (at its address) if no connection is up. Ends with
     /// `NoAnswer` if the connection is lost first, or (on real sockets)
