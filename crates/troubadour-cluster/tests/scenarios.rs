@@ -19,11 +19,8 @@
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::Poll;
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
 use troubadour_cluster::{
@@ -33,6 +30,8 @@ use troubadour_cluster::{
 use troubadour_remote::RemoteMessage;
 use troubadour_testkit::{seeds, simulate_network, NodeIndex, SimNetwork};
 
+mod common;
+use common::all;
 mod store_link;
 use store_link::StoreLink;
 
@@ -448,27 +447,6 @@ fn two_valid_epochs(history: &[StoreRecord]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// Awaits every future at once; their outputs in order.
-fn all<F: Future + Unpin>(futures: Vec<F>) -> impl Future<Output = Vec<F::Output>> {
-    let mut pending: Vec<Option<F>> = futures.into_iter().map(Some).collect();
-    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
-    std::future::poll_fn(move |cx| {
-        for (f, out) in pending.iter_mut().zip(done.iter_mut()) {
-            if let Some(fut) = f {
-                if let Poll::Ready(v) = Pin::new(fut).poll(cx) {
-                    *out = Some(v);
-                    *f = None;
-                }
-            }
-        }
-        if pending.iter().all(Option::is_none) {
-            Poll::Ready(done.iter_mut().map(|o| o.take().unwrap()).collect())
-        } else {
-            Poll::Pending
-        }
-    })
 }
 
 /// The test's own PRNG (splitmix64): which counter each ask goes to.

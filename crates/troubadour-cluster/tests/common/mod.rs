@@ -1,8 +1,11 @@
-//! What the real-socket cluster tests share: a node's remote layer on
-//! loopback with mutual TLS, fast failure detection, and waiting for a
-//! condition under a hang guard.
+//! What the cluster tests share: a node's remote layer on loopback with
+//! mutual TLS, fast failure detection, waiting for a condition under a
+//! hang guard, and awaiting many asks at once.
 #![allow(dead_code)]
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{with_cluster, MembershipConfig};
@@ -50,4 +53,25 @@ pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(start.elapsed() < GUARD, "hang guard: {what} never held");
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Awaits every future at once; their outputs in order.
+pub fn all<F: Future + Unpin>(futures: Vec<F>) -> impl Future<Output = Vec<F::Output>> {
+    let mut pending: Vec<Option<F>> = futures.into_iter().map(Some).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(move |cx| {
+        for (f, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if let Some(fut) = f {
+                if let Poll::Ready(v) = Pin::new(fut).poll(cx) {
+                    *out = Some(v);
+                    *f = None;
+                }
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(done.iter_mut().map(|o| o.take().unwrap()).collect())
+        } else {
+            Poll::Pending
+        }
+    })
 }

@@ -1,0 +1,623 @@
+//! Tier 2 of DISTRIBUTION.md's scenarios: five real processes on
+//! 127.0.0.1–127.0.0.5, mutual TLS, leases in a PostgreSQL server the test
+//! starts, and the operating system's own faults: `kill -9` of a node
+//! under load, and `SIGSTOP` of another for three times the lease before
+//! `SIGCONT`.
+//!
+//! The nodes are this test binary again (`node_process`, which does
+//! nothing unless the parent starts it with `TROUBADOUR_TIER2_NODE` set),
+//! driven a line at a time over stdin/stdout. Their counters keep their
+//! totals in PostgreSQL, written with a compare-and-set on the total the
+//! activation last saw: a write from an activation that is not the only
+//! one (a second activation, or a paused node's stale one) finds another
+//! total and is recorded in `stale_writes` instead. Checkers: every
+//! command ends (so every ask did), each counter ends between its
+//! acknowledged and its sent increments, and `stale_writes` is empty.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troubadour::prelude::*;
+use troubadour_cluster::{
+    with_cluster, Cluster, Entity, EntityMessages, PostgresLeaseStore, ShardCount,
+};
+use troubadour_remote::dev_certs::DevCa;
+use troubadour_remote::{Remote, RemoteMessage, Security, TlsConfig};
+
+mod postgres;
+
+mod common;
+use common::{all, fast_membership};
+
+const NODE_VAR: &str = "TROUBADOUR_TIER2_NODE";
+const LEASE: Duration = Duration::from_secs(3);
+const COUNTERS: u64 = 300;
+const NAMES: [&str; 5] = ["n0", "n1", "n2", "n3", "n4"];
+
+// ---- the node process ----------------------------------------------------------
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Add(u64);
+impl Message for Add {
+    type Reply = Result<u64, String>;
+}
+impl RemoteMessage for Add {
+    const NAME: &'static str = "tier2.Add";
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Get;
+impl Message for Get {
+    type Reply = Result<u64, String>;
+}
+impl RemoteMessage for Get {
+    const NAME: &'static str = "tier2.Get";
+}
+
+/// The node's connection to the database its counters write to.
+#[derive(Clone)]
+struct Db {
+    client: Arc<tokio_postgres::Client>,
+    runtime: tokio::runtime::Handle,
+    node: String,
+}
+
+impl Db {
+    /// Runs `work` on the node's runtime (an actor's turn has none).
+    async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(
+                Arc<tokio_postgres::Client>,
+            ) -> std::pin::Pin<
+                Box<dyn std::future::Future<Output = Result<T, tokio_postgres::Error>> + Send>,
+            > + Send
+            + 'static,
+    ) -> Result<T, String> {
+        let client = self.client.clone();
+        self.runtime
+            .spawn(async move { work(client).await })
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())
+    }
+}
+
+struct Counter {
+    id: String,
+    /// The total this activation last read or wrote.
+    total: Option<i64>,
+    db: Db,
+}
+
+impl Actor for Counter {}
+
+impl Counter {
+    async fn load(&mut self) -> Result<i64, String> {
+        if let Some(t) = self.total {
+            return Ok(t);
+        }
+        let id = self.id.clone();
+        let total = self
+            .db
+            .run(move |c| {
+                Box::pin(async move {
+                    c.execute(
+                        "INSERT INTO counters (id, total) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+                        &[&id],
+                    )
+                    .await?;
+                    let row = c
+                        .query_one("SELECT total FROM counters WHERE id = $1", &[&id])
+                        .await?;
+                    Ok(row.get::<_, i64>(0))
+                })
+            })
+            .await?;
+        self.total = Some(total);
+        Ok(total)
+    }
+}
+
+impl AsyncHandler<Add> for Counter {
+    async fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> Result<u64, String> {
+        let seen = self.load().await?;
+        let new = seen + n as i64;
+        let (id, node) = (self.id.clone(), self.db.node.clone());
+        let written = self
+            .db
+            .run(move |c| {
+                Box::pin(async move {
+                    let n = c
+                        .execute(
+                            "UPDATE counters SET total = $3 WHERE id = $1 AND total = $2",
+                            &[&id, &seen, &new],
+                        )
+                        .await?;
+                    if n == 0 {
+                        c.execute(
+                            "INSERT INTO stale_writes (id, node, seen) VALUES ($1, $2, $3)",
+                            &[&id, &node, &seen],
+                        )
+                        .await?;
+                    }
+                    Ok(n == 1)
+                })
+            })
+            .await?;
+        if written {
+            self.total = Some(new);
+            Ok(new as u64)
+        } else {
+            self.total = None;
+            Err(format!("{}: the total was not {seen} any more", self.id))
+        }
+    }
+}
+
+impl AsyncHandler<Get> for Counter {
+    async fn handle(&mut self, _: Get, _: &mut Context<Self>) -> Result<u64, String> {
+        self.load().await.map(|t| t as u64)
+    }
+}
+
+impl Entity for Counter {
+    const KIND: &'static str = "tier2.counter";
+    fn messages(m: &mut EntityMessages<Self>) {
+        m.handle_async::<Add>().handle_async::<Get>();
+    }
+}
+
+fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} is not set"))
+}
+
+/// A node of the cluster, when the parent test starts this binary as one;
+/// nothing otherwise.
+#[test]
+fn node_process() {
+    let Ok(name) = std::env::var(NODE_VAR) else {
+        return;
+    };
+    let dir = PathBuf::from(env("TROUBADOUR_TIER2_DIR"));
+    let listen: SocketAddr = env("TROUBADOUR_TIER2_LISTEN").parse().unwrap();
+    let store_url = env("TROUBADOUR_TIER2_STORE");
+    let system = ActorSystem::builder().name(&name).build();
+    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
+    let tls = TlsConfig::from_pem(
+        &read(&format!("{name}.pem")),
+        &read(&format!("{name}.key")),
+        &read("ca.pem"),
+    )
+    .unwrap();
+    let remote = system
+        .block_on(
+            with_cluster(Remote::builder("tier2", Security::Tls(tls)))
+                .listen(listen)
+                .start(&system),
+        )
+        .unwrap();
+    let (client, connection) = system
+        .block_on(tokio_postgres::connect(&store_url, tokio_postgres::NoTls))
+        .unwrap();
+    system.tokio_handle().spawn(connection);
+    let db = Db {
+        client: Arc::new(client),
+        runtime: system.tokio_handle().clone(),
+        node: name.clone(),
+    };
+    let cluster = system.block_on(async {
+        let store = PostgresLeaseStore::connect(&store_url).await.unwrap();
+        Cluster::builder(Arc::new(store))
+            .shards(ShardCount::new(64).unwrap())
+            .lease(LEASE, Duration::from_millis(300))
+            .membership(fast_membership())
+            .entity::<Counter>(move |id| Counter {
+                id: id.to_string(),
+                total: None,
+                db: db.clone(),
+            })
+            .start(&system, &remote)
+            .await
+            .unwrap()
+    });
+    if let Ok(seed) = std::env::var("TROUBADOUR_TIER2_SEED") {
+        let seed: SocketAddr = seed.parse().unwrap();
+        system.block_on(cluster.membership().join_addresses(&remote, &[seed]));
+    }
+    let mut out = std::io::stdout();
+    writeln!(out, "READY {}", remote.local_addr().unwrap()).unwrap();
+    out.flush().unwrap();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let answer = match words.as_slice() {
+            ["members"] => cluster.membership().members().len().to_string(),
+            ["balanced"] => match system.block_on(cluster.status()) {
+                Ok(s) => format!("{}", s.balanced && s.lease_valid),
+                Err(e) => format!("false ({e})"),
+            },
+            // Adds one to each counter named, all at once; answers with the
+            // ones acknowledged.
+            ["add", ids @ ..] => {
+                let asks: Vec<_> = ids
+                    .iter()
+                    .map(|id| {
+                        Box::pin(
+                            cluster
+                                .entity::<Counter>(id.to_string())
+                                .ask(Add(1))
+                                .timeout(2 * LEASE),
+                        )
+                    })
+                    .collect();
+                let answers = system.block_on(all(asks));
+                let acked: Vec<&str> = ids
+                    .iter()
+                    .zip(answers)
+                    .filter(|(_, a)| matches!(a, Ok(Ok(_))))
+                    .map(|(id, _)| *id)
+                    .collect();
+                format!("acked {}", acked.join(" "))
+            }
+            ["get", id] => match system.block_on(
+                cluster
+                    .entity::<Counter>(id.to_string())
+                    .ask(Get)
+                    .timeout(4 * LEASE),
+            ) {
+                Ok(Ok(total)) => format!("total {total}"),
+                Ok(Err(e)) => format!("error {e}"),
+                Err(e) => format!("error {e}"),
+            },
+            other => format!("error unknown command {other:?}"),
+        };
+        writeln!(out, "{}", answer.replace('\n', " ")).unwrap();
+        out.flush().unwrap();
+    }
+}
+
+// ---- the test that drives them -------------------------------------------------
+
+struct NodeProcess {
+    name: &'static str,
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    addr: SocketAddr,
+}
+
+impl NodeProcess {
+    fn start(
+        name: &'static str,
+        ip: &str,
+        dir: &Path,
+        store: &str,
+        seed: Option<SocketAddr>,
+    ) -> NodeProcess {
+        let mut cmd = Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "node_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(NODE_VAR, name)
+        .env("TROUBADOUR_TIER2_DIR", dir)
+        .env("TROUBADOUR_TIER2_LISTEN", format!("{ip}:0"))
+        .env("TROUBADOUR_TIER2_STORE", store)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+        if let Some(seed) = seed {
+            cmd.env("TROUBADOUR_TIER2_SEED", seed.to_string());
+        }
+        let mut child = cmd.spawn().unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let addr = loop {
+            let mut line = String::new();
+            assert!(
+                stdout.read_line(&mut line).unwrap() > 0,
+                "node {name} ended before it was ready"
+            );
+            // After the harness's "test node_process ... ", on its line.
+            if let Some((_, addr)) = line.trim().split_once("READY ") {
+                break addr.parse().unwrap();
+            }
+        };
+        NodeProcess {
+            name,
+            child,
+            stdin,
+            stdout,
+            addr,
+        }
+    }
+
+    fn send(&mut self, command: &str) {
+        eprintln!(
+            "[tier2] -> {}: {}",
+            self.name,
+            &command[..command.len().min(40)]
+        );
+        writeln!(self.stdin, "{command}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// The answer to the last command: every command ends.
+    fn answer(&mut self) -> String {
+        let mut line = String::new();
+        assert!(
+            self.stdout.read_line(&mut line).unwrap() > 0,
+            "node {} ended without answering",
+            self.name
+        );
+        eprintln!(
+            "[tier2] <- {}: {}",
+            self.name,
+            &line.trim()[..line.trim().len().min(60)]
+        );
+        line.trim().to_string()
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        self.send(command);
+        self.answer()
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill {signal} {}", self.name);
+    }
+}
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What the test sent and what was acknowledged, per counter.
+#[derive(Default)]
+struct Ledger {
+    sent: BTreeMap<String, u64>,
+    acked: BTreeMap<String, u64>,
+    next: u64,
+}
+
+impl Ledger {
+    /// The next `n` counters, round the ring of `COUNTERS`.
+    fn ids(&mut self, n: u64) -> Vec<String> {
+        (0..n)
+            .map(|_| {
+                // A 64-bit LCG (Knuth's MMIX constants), its high bits.
+                self.next = self
+                    .next
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407);
+                format!("c{}", (self.next >> 33) % COUNTERS)
+            })
+            .collect()
+    }
+
+    /// Sends node `i` an `add` of `per_node` counters; its answer is read
+    /// by [`collect`](Self::collect).
+    fn send(&mut self, nodes: &mut [Option<NodeProcess>], i: usize, per_node: u64) {
+        let ids = self.ids(per_node);
+        for id in &ids {
+            *self.sent.entry(id.clone()).or_default() += 1;
+        }
+        nodes[i]
+            .as_mut()
+            .unwrap()
+            .send(&format!("add {}", ids.join(" ")));
+    }
+
+    /// Reads node `i`'s answer to its `add`.
+    fn collect(&mut self, nodes: &mut [Option<NodeProcess>], i: usize) {
+        let answer = nodes[i].as_mut().unwrap().answer();
+        let acked = answer
+            .strip_prefix("acked")
+            .unwrap_or_else(|| panic!("n{i} answered {answer:?} to an add"));
+        for id in acked.split_whitespace() {
+            *self.acked.entry(id.to_string()).or_default() += 1;
+        }
+    }
+
+    /// One `add` to each node in `to` at once, and every answer.
+    fn round(&mut self, nodes: &mut [Option<NodeProcess>], to: &[usize], per_node: u64) {
+        for &i in to {
+            self.send(nodes, i, per_node);
+        }
+        for &i in to {
+            self.collect(nodes, i);
+        }
+    }
+}
+
+fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "hang guard: {what} never held");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// kill -9 of n4 under load, then n3 stopped between two rounds for three
+/// leases (nothing of it in flight) and resumed: its shards moved, it
+/// gives them up, and nothing it does afterwards is a second activation.
+#[test]
+fn five_processes_survive_kill_9_and_a_pause_past_the_lease() {
+    five_processes(Pause::BetweenRounds);
+}
+
+/// The same with n3 stopped in the middle of a round: messages already in
+/// its entities' mailboxes are handled when it resumes, before its region
+/// sees that its lease ran out, by activations whose shards another node
+/// now owns. Fails today: in three runs of three, n3 wrote counters
+/// another node's activation had written since (`stale_writes`). Closing
+/// it needs the entity's turn to check its shard's lease by the local
+/// clock (a seam in the core) or the writes to carry the shard's epoch as
+/// a fencing token the database checks (issue 16's fenced journal).
+#[test]
+#[ignore = "open defect: a node resumed after its lease ran out handles what its entities had queued; run with --ignored"]
+fn a_node_paused_in_the_middle_of_a_round_writes_nothing_once_resumed() {
+    five_processes(Pause::MidRound);
+}
+
+#[derive(PartialEq)]
+enum Pause {
+    BetweenRounds,
+    MidRound,
+}
+
+fn five_processes(pause: Pause) {
+    if std::env::var(NODE_VAR).is_ok() {
+        return;
+    }
+    let pg = postgres::Server::start();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .batch_execute(
+                "CREATE TABLE counters (id TEXT PRIMARY KEY, total BIGINT NOT NULL);
+                 CREATE TABLE stale_writes (id TEXT, node TEXT, seen BIGINT);",
+            )
+            .await
+            .unwrap();
+    });
+    let dir = std::env::temp_dir().join(format!("troubadour-tier2-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = DevCa::new("tier 2 test CA").unwrap();
+    let ips: Vec<String> = (1..=5).map(|i| format!("127.0.0.{i}")).collect();
+    for (name, ip) in NAMES.iter().zip(&ips) {
+        ca.write_node_at(&dir, name, &[ip.parse().unwrap()])
+            .unwrap();
+    }
+    let mut nodes: Vec<Option<NodeProcess>> = Vec::new();
+    let first = NodeProcess::start(NAMES[0], &ips[0], &dir, &pg.url(), None);
+    let seed = first.addr;
+    nodes.push(Some(first));
+    for i in 1..5 {
+        nodes.push(Some(NodeProcess::start(
+            NAMES[i],
+            &ips[i],
+            &dir,
+            &pg.url(),
+            Some(seed),
+        )));
+    }
+    let settled = |nodes: &mut [Option<NodeProcess>], members: &str| {
+        nodes
+            .iter_mut()
+            .flatten()
+            .all(|n| n.ask("members") == members && n.ask("balanced") == "true")
+    };
+    wait_until("five settled nodes", Duration::from_secs(60), || {
+        settled(&mut nodes, "5")
+    });
+    let mut ledger = Ledger::default();
+    for _ in 0..3 {
+        ledger.round(&mut nodes, &[0, 1, 2, 3, 4], 60);
+    }
+
+    // kill -9 of n4 under load.
+    nodes[4].as_ref().unwrap().signal("-KILL");
+    nodes[4] = None;
+    for _ in 0..6 {
+        ledger.round(&mut nodes, &[0, 1, 2, 3], 60);
+    }
+
+    // n3 stopped for three leases, while the others go on; then resumed
+    // (mid-round: with what it was doing still to do).
+    let mid_round = pause == Pause::MidRound;
+    if mid_round {
+        for i in 0..4 {
+            ledger.send(&mut nodes, i, 60);
+        }
+    }
+    nodes[3].as_ref().unwrap().signal("-STOP");
+    let stopped = Instant::now();
+    if mid_round {
+        for i in 0..3 {
+            ledger.collect(&mut nodes, i);
+        }
+    }
+    while stopped.elapsed() < 3 * LEASE {
+        ledger.round(&mut nodes, &[0, 1, 2], 60);
+    }
+    nodes[3].as_ref().unwrap().signal("-CONT");
+    if mid_round {
+        ledger.collect(&mut nodes, 3);
+    }
+    for _ in 0..6 {
+        ledger.round(&mut nodes, &[0, 1, 2, 3], 60);
+    }
+    wait_until("four settled nodes", Duration::from_secs(60), || {
+        settled(&mut nodes, "4")
+    });
+
+    // Every counter holds what was acknowledged, and no more than sent.
+    let reader = nodes[0].as_mut().unwrap();
+    let mut wrong = Vec::new();
+    for (id, &sent) in &ledger.sent {
+        let answer = reader.ask(&format!("get {id}"));
+        let total: u64 = answer
+            .strip_prefix("total ")
+            .unwrap_or_else(|| panic!("{id}: {answer}"))
+            .parse()
+            .unwrap();
+        let acked = ledger.acked.get(id).copied().unwrap_or(0);
+        if total < acked || total > sent {
+            wrong.push(format!("{id}: {total}, acknowledged {acked}, sent {sent}"));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+    let acked: u64 = ledger.acked.values().sum();
+    let sent: u64 = ledger.sent.values().sum();
+    eprintln!(
+        "[tier2] {} counters, {sent} increments sent, {acked} acknowledged",
+        ledger.sent.len()
+    );
+    assert!(acked > 0, "nothing was acknowledged");
+    let stale: Vec<String> = runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+            .query("SELECT id, node, seen FROM stale_writes", &[])
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} on {} saw {}",
+                    r.get::<_, String>(0),
+                    r.get::<_, String>(1),
+                    r.get::<_, i64>(2)
+                )
+            })
+            .collect()
+    });
+    assert!(
+        stale.is_empty(),
+        "writes from an activation that was not the only one: {stale:#?}"
+    );
+    drop(nodes);
+    let _ = std::fs::remove_dir_all(&dir);
+}
