@@ -28,7 +28,7 @@ use troubadour_cluster::{
     NodeKey, ShardCount, ShardId, StoreChange, StoreRecord,
 };
 use troubadour_remote::RemoteMessage;
-use troubadour_testkit::{seeds, simulate_network, NodeIndex, SimNetwork};
+use troubadour_testkit::{seeds, simulate_network, NodeIndex, Rng, SimNetwork};
 
 mod common;
 use common::all;
@@ -172,7 +172,7 @@ struct Scenario {
     /// Per counter: increments acknowledged, and increments sent.
     acked: BTreeMap<String, u64>,
     sent: BTreeMap<String, u64>,
-    rng: SplitMix,
+    rng: Rng,
 }
 
 /// Starts the cluster on node `i`; `generation` counts its restarts, so
@@ -228,7 +228,7 @@ impl Scenario {
             phase: "healthy".into(),
             acked: BTreeMap::new(),
             sent: BTreeMap::new(),
-            rng: SplitMix(net.seed() ^ 0x5CE7_A210),
+            rng: Rng::new(net.seed() ^ 0x5CE7_A210),
         }
     }
 
@@ -447,21 +447,6 @@ fn two_valid_epochs(history: &[StoreRecord]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// The test's own PRNG (splitmix64): which counter each ask goes to.
-struct SplitMix(u64);
-impl SplitMix {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 // ---- the scenarios ------------------------------------------------------------

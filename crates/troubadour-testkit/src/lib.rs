@@ -201,6 +201,7 @@ pub use explore::{seeds, simulate, SEEDS_VAR, SEED_VAR};
 pub use faults::{Fault, Faults};
 pub use network::{simulate_network, NetEvent, NodeIndex, SimNetwork};
 pub use probe::{ProbeActor, TestProbe};
+pub use rng::Rng;
 pub use simulation::Simulation;
 pub use trace::TraceEvent;
 pub use troubadour::InFlight;
