@@ -26,6 +26,9 @@ use crate::region::{
 };
 use crate::shard::ShardCount;
 
+/// How long `Cluster::leave` waits for the region to finish it.
+const LEAVE_LIMIT: Duration = Duration::from_secs(120);
+
 /// How often a node alone asks its discovery again, by default.
 const DISCOVERY_EVERY: Duration = Duration::from_secs(5);
 
@@ -443,14 +446,23 @@ impl Cluster {
     /// they were sent and stop, the store releases the node's shards and
     /// lease (other nodes claim them at once, with no lease to wait out),
     /// and membership tells the others. Messages for those shards that
-    /// reach this node meanwhile go on to their new owners.
+    /// reach this node meanwhile go on to their new owners. It returns once
+    /// every member has said it sends this node nothing more (or is down,
+    /// or silent for 10 s) and what this node forwarded has arrived: the
+    /// process may end then.
     pub async fn leave(&self) -> Result<(), ClusterError> {
+        // The leave bounds itself (entities stop, the store lets go, members
+        // answer within DEPARTURE_LIMIT); under load the region's mailbox
+        // may hold seconds of messages ahead of it.
         let left = self
             .inner
             .region
             .ask(LeaveCluster)
+            .timeout(LEAVE_LIMIT)
             .await
-            .map_err(|e| ClusterError::Spawn(format!("the region did not answer: {e}")))?;
+            .map_err(|e| {
+                ClusterError::Spawn(format!("the region did not finish the leave: {e}"))
+            })?;
         left.map_err(ClusterError::Store)?;
         self.inner.membership.leave();
         Ok(())
