@@ -111,6 +111,27 @@ impl Discovery for StaticSeeds {
     }
 }
 
+/// Runs `work` on the runtime a source was made in, so whoever polls it
+/// needs no runtime of its own (an actor's handler); in place without one.
+/// `failed` words a task that did not finish.
+#[cfg(any(feature = "dns", feature = "kubernetes"))]
+fn on_runtime<'a>(
+    runtime: Option<&tokio::runtime::Handle>,
+    work: impl Future<Output = Result<Vec<SocketAddr>, DiscoveryError>> + Send + 'static,
+    failed: impl FnOnce(String) -> DiscoveryError + Send + 'static,
+) -> SeedsFuture<'a> {
+    match runtime {
+        Some(runtime) => {
+            let task = runtime.spawn(work);
+            Box::pin(async move {
+                task.await
+                    .map_err(|e| failed(format!("the discovery task failed: {e}")))?
+            })
+        }
+        None => Box::pin(work),
+    }
+}
+
 #[cfg(feature = "dns")]
 pub use dns::DnsSeeds;
 
@@ -239,21 +260,10 @@ mod dns {
     impl Discovery for DnsSeeds {
         fn seeds(&self) -> SeedsFuture<'_> {
             let work = DnsSeeds::lookup(self.resolver.clone(), self.name.clone(), self.port);
-            match &self.runtime {
-                // On the runtime it was made in, so whoever polls needs no
-                // runtime of its own (an actor's handler).
-                Some(runtime) => {
-                    let task = runtime.spawn(work);
-                    let name = self.name.clone();
-                    Box::pin(async move {
-                        task.await.map_err(|e| DiscoveryError::Dns {
-                            name,
-                            reason: format!("the lookup task failed: {e}"),
-                        })?
-                    })
-                }
-                None => Box::pin(work),
-            }
+            let name = self.name.clone();
+            super::on_runtime(self.runtime.as_ref(), work, move |reason| {
+                DiscoveryError::Dns { name, reason }
+            })
         }
     }
 
@@ -357,17 +367,7 @@ mod kubernetes {
     impl Discovery for KubernetesSeeds {
         fn seeds(&self) -> SeedsFuture<'_> {
             let work = KubernetesSeeds::list(self.pods.clone(), self.selector.clone(), self.port);
-            match &self.runtime {
-                Some(runtime) => {
-                    let task = runtime.spawn(work);
-                    Box::pin(async move {
-                        task.await.map_err(|e| {
-                            DiscoveryError::Kubernetes(format!("the list task failed: {e}"))
-                        })?
-                    })
-                }
-                None => Box::pin(work),
-            }
+            super::on_runtime(self.runtime.as_ref(), work, DiscoveryError::Kubernetes)
         }
     }
 
