@@ -29,7 +29,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
-use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security, TlsConfig};
+use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security};
 
 use crate::workload::leibniz;
 
@@ -315,13 +315,8 @@ pub(crate) fn security(plaintext: bool, dir: &Path, node: &str) -> Result<Securi
     if plaintext {
         return Ok(Security::PlaintextLoopbackOnly);
     }
-    let read = |n: &str| std::fs::read(dir.join(n)).map_err(|e| format!("{n}: {e}"));
-    let tls = TlsConfig::from_pem(
-        &read(&format!("{node}.pem"))?,
-        &read(&format!("{node}.key"))?,
-        &read("ca.pem")?,
-    )
-    .map_err(|e| e.to_string())?;
+    let tls = troubadour_remote::dev_certs::read_node(dir, node)
+        .map_err(|e| format!("node {node}'s certificates in {}: {e}", dir.display()))?;
     Ok(Security::Tls(tls))
 }
 

@@ -27,7 +27,7 @@ use troubadour_cluster::{
     with_cluster, Cluster, Entity, EntityMessages, PostgresLeaseStore, ShardCount,
 };
 use troubadour_remote::dev_certs::DevCa;
-use troubadour_remote::{Remote, RemoteMessage, Security, TlsConfig};
+use troubadour_remote::{Remote, RemoteMessage, Security};
 
 mod postgres;
 
@@ -187,13 +187,7 @@ fn node_process() {
     let listen: SocketAddr = env("TROUBADOUR_TIER2_LISTEN").parse().unwrap();
     let store_url = env("TROUBADOUR_TIER2_STORE");
     let system = ActorSystem::builder().name(&name).build();
-    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
-    let tls = TlsConfig::from_pem(
-        &read(&format!("{name}.pem")),
-        &read(&format!("{name}.key")),
-        &read("ca.pem"),
-    )
-    .unwrap();
+    let tls = troubadour_remote::dev_certs::read_node(&dir, &name).unwrap();
     let remote = system
         .block_on(
             with_cluster(Remote::builder("tier2", Security::Tls(tls)))

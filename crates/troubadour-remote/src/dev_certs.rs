@@ -156,7 +156,20 @@ impl DevCa {
     }
 }
 
-/// Why a development certificate could not be made or written.
+/// The TLS configuration of node `name` from the files
+/// [`DevCa::write_node`] wrote into `dir` (`ca.pem`, `<name>.pem`,
+/// `<name>.key`): what a node process started by a test or a benchmark
+/// reads.
+pub fn read_node(dir: &Path, name: &str) -> Result<TlsConfig, DevCertError> {
+    let read = |file: &str| std::fs::read(dir.join(file));
+    Ok(TlsConfig::from_pem(
+        &read(&format!("{name}.pem"))?,
+        &read(&format!("{name}.key"))?,
+        &read("ca.pem")?,
+    )?)
+}
+
+/// Why a development certificate could not be made, written or read.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum DevCertError {
@@ -164,7 +177,7 @@ pub enum DevCertError {
     Generate(rcgen::Error),
     /// The PEM did not load into a TLS configuration.
     Config(ConfigError),
-    /// Writing the files failed.
+    /// Writing or reading the files failed.
     Io(std::io::Error),
 }
 
@@ -173,7 +186,7 @@ impl std::fmt::Display for DevCertError {
         match self {
             DevCertError::Generate(e) => write!(f, "could not generate a certificate: {e}"),
             DevCertError::Config(e) => write!(f, "the generated certificate did not load: {e}"),
-            DevCertError::Io(e) => write!(f, "could not write the certificate files: {e}"),
+            DevCertError::Io(e) => write!(f, "could not write or read the certificate files: {e}"),
         }
     }
 }

@@ -17,7 +17,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security, TlsConfig};
+use troubadour_remote::{Accepts, Remote, RemoteActor, RemoteMessage, Security};
 
 const GUARD: Duration = Duration::from_secs(30);
 const CHILD_ENV: &str = "TROUBADOUR_REMOTE_CHILD_DIR";
@@ -99,13 +99,7 @@ impl Handler<MonitorIt> for Watcher {
 }
 
 fn remote(dir: &std::path::Path, name: &str) -> troubadour_remote::RemoteBuilder {
-    let read = |f: &str| std::fs::read(dir.join(f)).unwrap();
-    let tls = TlsConfig::from_pem(
-        &read(&format!("{name}.pem")),
-        &read(&format!("{name}.key")),
-        &read("ca.pem"),
-    )
-    .unwrap();
+    let tls = troubadour_remote::dev_certs::read_node(dir, name).unwrap();
     Remote::builder("two-processes", Security::Tls(tls))
         .register::<Push>()
         .register::<Pushed>()
