@@ -282,6 +282,7 @@ impl Message for Tick {
 impl Region {
     pub(crate) fn new(setup: RegionSetup) -> Region {
         let key = NodeKey::new(setup.me.name(), setup.me.incarnation());
+        let (departing, departed) = departure_codecs();
         Region {
             setup,
             key,
@@ -306,8 +307,8 @@ impl Region {
             departure: None,
             moving: HashMap::new(),
             flush: flush_codec(),
-            departing: departure_codecs().0,
-            departed: departure_codecs().1,
+            departing,
+            departed,
         }
     }
 
