@@ -57,12 +57,15 @@ impl Message for crate::api::exit::Exited {
 ///    signal: an actor stopped before its first turn still runs `started`
 ///    first, so the stop hooks never run without it (Erlang's `init`, Akka's
 ///    `preStart`);
-/// 2. messages;
-/// 3. on a restart decided by the supervisor:
+/// 2. [`activate`](Actor::activate), if the actor has async work to finish
+///    before its first message (loading or recovering its state): messages
+///    wait in the mailbox until it completes;
+/// 3. messages;
+/// 4. on a restart decided by the supervisor:
 ///    [`before_restart`](Actor::before_restart) on the failed instance, which
 ///    is then dropped (its children are stopped first), a fresh instance is
 ///    built by the factory, and [`after_restart`](Actor::after_restart) runs
-///    on it (by default it calls `started`). The mailbox and the
+///    on it (by default it calls `started`), then `activate` again. The mailbox and the
 ///    [`ActorRef`](crate::ActorRef) survive a restart; the message being
 ///    handled when it failed is dropped (an `ask` for it fails with
 ///    [`AskError::NoReply`](crate::AskError::NoReply)). Under one-for-all
@@ -70,7 +73,7 @@ impl Message for crate::api::exit::Exited {
 ///    affected child runs `before_restart` and is dropped in reverse start
 ///    order, then each is rebuilt and runs `after_restart` in start order
 ///    (see [`supervision`](crate::api::supervision));
-/// 4. on stop: [`stopping`](Actor::stopping) while children still run, then
+/// 5. on stop: [`stopping`](Actor::stopping) while children still run, then
 ///    children are stopped and awaited, then [`stopped`](Actor::stopped),
 ///    then the actor is dropped, queued messages go to dead letters, and
 ///    links, monitors and the parent are told the [`ExitReason`].
@@ -111,6 +114,68 @@ pub trait Actor: Sized + Send + 'static {
     /// meantime stops the children instead.
     fn supervisor_strategy(&self) -> SupervisorStrategy {
         SupervisorStrategy::default()
+    }
+
+    /// Async work that must finish before the actor takes its first
+    /// message: loading its state from a database, recovering it from a
+    /// journal (OTP's `handle_continue` after `init`, Orleans'
+    /// `OnActivateAsync`, kameo's and ractor's async start). Runs after
+    /// [`started`](Actor::started), and after
+    /// [`after_restart`](Actor::after_restart) on every restart, so a
+    /// restarted actor loads its state again.
+    ///
+    /// Return `None` (the default) for nothing to do; that costs one
+    /// branch. While the returned future is pending the actor is suspended
+    /// as during an [`AsyncHandler`]: messages wait in the mailbox, in
+    /// order; signals still act (a stop or kill drops the future). An
+    /// `Err` ends the activation: [`ExitReason::Normal`] or
+    /// [`ExitReason::Shutdown`] stop the actor, any other reason fails it
+    /// and its supervisor decides, as after a panic.
+    ///
+    /// The future may borrow the actor but not the context; take what it
+    /// needs from `ctx` ([`myself`](Context::myself),
+    /// [`system`](Context::system)) before returning it.
+    ///
+    /// ```
+    /// use troubadour::{Actor, ActorSystem, Context, ExitReason, Handler, Message};
+    /// use std::future::Future;
+    ///
+    /// struct Profile { name: Option<String> }
+    ///
+    /// impl Actor for Profile {
+    ///     fn activate(
+    ///         &mut self,
+    ///         _ctx: &mut Context<Self>,
+    ///     ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_>> {
+    ///         Some(async move {
+    ///             // For example a database read.
+    ///             tokio::task::yield_now().await;
+    ///             self.name = Some("Ada".to_string());
+    ///             Ok(())
+    ///         })
+    ///     }
+    /// }
+    ///
+    /// struct Name;
+    /// impl Message for Name { type Reply = String; }
+    /// impl Handler<Name> for Profile {
+    ///     fn handle(&mut self, _: Name, _: &mut Context<Self>) -> String {
+    ///         self.name.clone().expect("loaded before the first message")
+    ///     }
+    /// }
+    ///
+    /// let system = ActorSystem::new();
+    /// let profile = system.spawn(Profile { name: None }).unwrap();
+    /// let name = system.block_on(profile.ask(Name)).unwrap();
+    /// assert_eq!(name, "Ada");
+    /// # system.shutdown(std::time::Duration::from_secs(5)).unwrap();
+    /// ```
+    fn activate(
+        &mut self,
+        ctx: &mut Context<Self>,
+    ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_, Self>> {
+        let _ = ctx;
+        None::<std::future::Ready<Result<(), ExitReason>>>
     }
 }
 

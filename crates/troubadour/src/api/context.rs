@@ -184,6 +184,20 @@ impl<A: Actor> Context<A> {
         self.dirty = true;
     }
 
+    /// Ends an activation that returned `Err(reason)` (`Actor::activate`):
+    /// a normal reason stops the actor, any other fails it.
+    pub(crate) fn end_activation(&mut self, reason: ExitReason) {
+        let request = if reason.is_normal() {
+            Request::Stop
+        } else {
+            Request::Fail
+        };
+        // SAFETY: called from the actor's own turn (the activation's future
+        // is polled only there).
+        unsafe { self.cell().request(request, Some(reason)) };
+        self.dirty = true;
+    }
+
     fn spawn_child<B: Actor>(
         &mut self,
         options: SpawnOptions,

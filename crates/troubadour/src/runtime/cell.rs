@@ -745,6 +745,9 @@ impl<A: Actor> ActorCell<A> {
                 // that came meanwhile are then processed as for any stopped actor.
                 self.set_phase(Phase::Running);
                 self.actor_mut().started(&mut self.context());
+                if self.phase() == Phase::Running && *self.request.get() == Request::None {
+                    self.activate();
+                }
                 self.after_user_code();
             }
             self.process_signals();
@@ -867,6 +870,46 @@ impl<A: Actor> ActorCell<A> {
             bound.free();
         }
         Envelope::from_link(link)
+    }
+
+    /// Runs the actor's [`activate`](crate::Actor::activate) hook: a future
+    /// it returns is polled once here and, if pending, kept as the
+    /// suspended handler, so messages wait until it completes. An `Err`
+    /// becomes a stop or failure request, applied by the caller's
+    /// `after_user_code`.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role, the actor is running,
+    /// and no async handler is suspended in it.
+    pub(crate) unsafe fn activate(self: &Arc<Self>) {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let mut ctx = self.context();
+            // SAFETY: (a lifetime extension, as for an async handler in
+            // `envelope.rs`) the future borrows the actor, which lives in
+            // this cell at a fixed address; while the future is kept as the
+            // suspended handler no message is dispatched, and every path
+            // that touches the actor again (stop, kill, restart) drops it
+            // first. It cannot borrow the context (`use<'_, Self>`).
+            let actor: &'static mut A = &mut *(self.actor_mut() as *mut A);
+            let Some(fut) = actor.activate(&mut ctx) else {
+                return;
+            };
+            let mut own_ctx = ctx.detach();
+            let mut fut: Suspended = Box::pin(async move {
+                if let Err(reason) = fut.await {
+                    own_ctx.end_activation(reason);
+                }
+            });
+            let waker = self.waker();
+            if fut
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(&waker))
+                .is_pending()
+            {
+                self.extras().suspended = Some(fut);
+            }
+        }
     }
 
     /// Polls a suspended async handler. `true` if it finished and the actor

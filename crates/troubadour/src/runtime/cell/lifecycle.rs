@@ -694,6 +694,9 @@ impl<A: Actor> ActorCell<A> {
             (*self.actor.get()).write(fresh);
             *self.has_actor.get() = true;
             self.actor_mut().after_restart(&reason, &mut self.context());
+            if self.phase() == Phase::Running && *self.request.get() == Request::None {
+                self.activate();
+            }
             self.after_user_code();
         }
     }
