@@ -1,0 +1,32 @@
+//! Persistence for troubadour: event-sourced actors whose state survives
+//! restarts, crashes and (in a cluster) moves to another node.
+//!
+//! An actor keeps its state in a [`Persistent`], recovers it from
+//! [`Actor::activate`](troubadour::Actor::activate) (so messages wait
+//! until it is back) and changes it only by persisting events from an
+//! [`AsyncHandler`](troubadour::AsyncHandler): `persist` makes the event
+//! durable, then applies it, and the handler replies after that, so a
+//! caller's `Ok` means stored.
+//!
+//! The stores sit behind two traits, [`Journal`] and [`SnapshotStore`],
+//! whose rules (linear, gap-free, fenced by epoch, durable when answered)
+//! are in the [`store`] module: [`SqliteStore`] is the embedded default,
+//! with group commit; [`MemoryStore`] is for tests.
+//!
+//! Layers, imports running downwards: `persistent` (the actor's side) →
+//! `store` (the traits) → `sqlite`, `memory` (implementations) → `event`,
+//! `error` (rows and errors).
+
+mod error;
+mod event;
+mod memory;
+mod persistent;
+mod sqlite;
+pub mod store;
+
+pub use error::{DecodeError, JournalError, PersistError, RecoveryError};
+pub use event::{Event, StoredEvent, POSTCARD};
+pub use memory::MemoryStore;
+pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};

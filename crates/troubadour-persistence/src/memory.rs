@@ -1,0 +1,202 @@
+//! The in-memory store: both traits over one mutex, for tests and for
+//! actors whose history need not outlive the process. It applies every
+//! rule of the [`store`](crate::store) module, and it can be switched off
+//! to test what an actor does when its store goes away.
+
+use crate::error::JournalError;
+use crate::store::{
+    Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
+};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// An in-memory journal and snapshot store. Clones share the same data.
+///
+/// ```
+/// use troubadour_persistence::{MemoryStore, Persistence};
+/// let store = MemoryStore::new();
+/// let persistence = Persistence::new(store.clone(), store);
+/// # let _ = persistence;
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    ids: Mutex<HashMap<String, History>>,
+    unavailable: AtomicBool,
+}
+
+#[derive(Default)]
+struct History {
+    highest: u64,
+    epoch: u64,
+    events: BTreeMap<u64, EventRecord>,
+    snapshots: BTreeMap<u64, SnapshotRecord>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every operation fail with [`JournalError::Unavailable`] (as a
+    /// database that went away) until switched back on; for tests.
+    pub fn set_available(&self, available: bool) {
+        self.inner.unavailable.store(!available, Ordering::SeqCst);
+    }
+
+    /// Every stored event of `persistence_id`, in order; for checkers.
+    pub fn events(&self, persistence_id: &str) -> Vec<EventRecord> {
+        let ids = self.inner.ids.lock().unwrap();
+        ids.get(persistence_id)
+            .map(|h| h.events.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Replaces a stored event's bytes, or removes it (`None`): a corrupt
+    /// or gapped journal, for tests of what recovery does with one.
+    pub fn tamper(&self, persistence_id: &str, sequence: u64, payload: Option<Vec<u8>>) {
+        let mut ids = self.inner.ids.lock().unwrap();
+        if let Some(h) = ids.get_mut(persistence_id) {
+            match payload {
+                Some(bytes) => {
+                    if let Some(r) = h.events.get_mut(&sequence) {
+                        r.event.payload = bytes;
+                    }
+                }
+                None => {
+                    h.events.remove(&sequence);
+                }
+            }
+        }
+    }
+
+    fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut HashMap<String, History>) -> Result<T, JournalError>,
+    ) -> StoreFuture<'static, T> {
+        let result = if self.inner.unavailable.load(Ordering::SeqCst) {
+            Err(JournalError::Unavailable(
+                "the in-memory store is switched off".into(),
+            ))
+        } else {
+            f(&mut self.inner.ids.lock().unwrap())
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+impl Journal for MemoryStore {
+    fn fence(&self, persistence_id: &str, epoch: u64) -> StoreFuture<'_, Fenced> {
+        self.with(|ids| {
+            let h = ids.entry(persistence_id.to_string()).or_default();
+            if h.epoch > epoch {
+                return Err(JournalError::Fenced {
+                    persistence_id: persistence_id.to_string(),
+                    epoch,
+                    current: h.epoch,
+                });
+            }
+            h.epoch = epoch;
+            Ok(Fenced {
+                highest: h.highest,
+                lowest: h.events.keys().next().copied().unwrap_or(h.highest + 1),
+            })
+        })
+    }
+
+    fn append(&self, append: Append) -> StoreFuture<'_, ()> {
+        self.with(move |ids| {
+            let h = ids.entry(append.persistence_id.clone()).or_default();
+            if h.epoch > append.epoch {
+                return Err(JournalError::Fenced {
+                    persistence_id: append.persistence_id,
+                    epoch: append.epoch,
+                    current: h.epoch,
+                });
+            }
+            if append.first_sequence != h.highest + 1 {
+                return Err(JournalError::SequenceConflict {
+                    persistence_id: append.persistence_id,
+                    attempted: append.first_sequence,
+                    highest: h.highest,
+                });
+            }
+            h.epoch = append.epoch;
+            for (i, event) in append.events.into_iter().enumerate() {
+                let sequence = append.first_sequence + i as u64;
+                h.events.insert(
+                    sequence,
+                    EventRecord {
+                        sequence,
+                        epoch: append.epoch,
+                        event,
+                    },
+                );
+                h.highest = sequence;
+            }
+            Ok(())
+        })
+    }
+
+    fn replay(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> StoreFuture<'_, Vec<EventRecord>> {
+        self.with(|ids| {
+            Ok(ids
+                .get(persistence_id)
+                .map(|h| {
+                    h.events
+                        .range(from..)
+                        .take(max)
+                        .map(|(_, r)| r.clone())
+                        .collect()
+                })
+                .unwrap_or_default())
+        })
+    }
+
+    fn delete_to(&self, persistence_id: &str, to: u64) -> StoreFuture<'_, ()> {
+        self.with(|ids| {
+            if let Some(h) = ids.get_mut(persistence_id) {
+                h.events = h.events.split_off(&(to + 1));
+            }
+            Ok(())
+        })
+    }
+}
+
+impl SnapshotStore for MemoryStore {
+    fn save(&self, persistence_id: &str, snapshot: SnapshotRecord) -> StoreFuture<'_, ()> {
+        self.with(|ids| {
+            let h = ids.entry(persistence_id.to_string()).or_default();
+            h.snapshots.insert(snapshot.sequence, snapshot);
+            Ok(())
+        })
+    }
+
+    fn latest(&self, persistence_id: &str) -> StoreFuture<'_, Option<SnapshotRecord>> {
+        self.with(|ids| {
+            Ok(ids
+                .get(persistence_id)
+                .and_then(|h| h.snapshots.values().next_back().cloned()))
+        })
+    }
+
+    fn delete_below(&self, persistence_id: &str, below: u64) -> StoreFuture<'_, ()> {
+        self.with(|ids| {
+            if let Some(h) = ids.get_mut(persistence_id) {
+                h.snapshots = h.snapshots.split_off(&below);
+            }
+            Ok(())
+        })
+    }
+}
