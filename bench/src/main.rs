@@ -20,6 +20,7 @@ use std::time::Duration;
 mod cluster;
 mod impls;
 mod measure;
+mod persist;
 mod remote;
 mod workload;
 
@@ -32,7 +33,8 @@ const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] 
        troubadour-bench list
 workloads: counting pingpong skynet fanin rings idle direct pi
            remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
-           cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)";
+           cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)
+           persist --store sqlite [--dir D] (event-sourced actors, group commit, floor beside)";
 
 struct Args {
     workload: Workload,
@@ -194,6 +196,9 @@ fn main() -> ExitCode {
         Some("cluster-virtual" | "failover" | "__cluster-node")
     ) {
         return cluster::main(all);
+    }
+    if all.first().map(String::as_str) == Some("persist") {
+        return persist::main(all);
     }
     let mut argv = std::env::args().skip(1);
     if argv.next().as_deref() == Some("list") {

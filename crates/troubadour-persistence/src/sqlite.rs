@@ -3,9 +3,10 @@
 //!
 //! **Group commit.** Every write (appends, fences, snapshots, deletes) goes
 //! to one writer thread. It takes whatever writes are waiting, up to
-//! [`SqliteOptions::max_batch`], and runs them in one transaction, each in
-//! a savepoint of its own (so one refused append does not undo the
-//! others), then commits once: one fsync for all of them. Under load the
+//! [`SqliteOptions::max_batch`], and runs them in one transaction, then
+//! commits once: one fsync for all of them. A write refused by the
+//! journal's rules (fenced, out of sequence) is refused before it changes
+//! anything, so the others stand; a store error fails the whole batch. Under load the
 //! batch grows by itself, since writes queue up while the previous commit
 //! is syncing; alone, a write is committed at once. Each write is answered
 //! only after the commit, so `Ok` means durable.
@@ -25,6 +26,7 @@ use crate::store::{
 };
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,6 +55,8 @@ pub struct SqliteOptions {
     /// How long a statement waits for a lock held by another process
     /// before failing. Default 5 s.
     pub busy_timeout: Duration,
+    /// The writer's page cache, in KiB. Default 64 MiB.
+    pub cache_kib: u32,
 }
 
 impl Default for SqliteOptions {
@@ -62,6 +66,7 @@ impl Default for SqliteOptions {
             max_batch: 1024,
             readers: 2,
             busy_timeout: Duration::from_secs(5),
+            cache_kib: 64 * 1024,
         }
     }
 }
@@ -151,6 +156,9 @@ impl SqliteStore {
                 };
                 writer.pragma_update(None, "synchronous", sync)
             })
+            // The writer's pages stay cached between batches instead of
+            // being read back from the file (SQLite's default is 2 MiB).
+            .and_then(|_| writer.pragma_update(None, "cache_size", -(options.cache_kib as i64)))
             .and_then(|_| writer.execute_batch(SCHEMA))
             .map_err(|e| opening(&path, e))?;
         let (writes, write_queue) = crossbeam_channel::unbounded();
@@ -266,29 +274,41 @@ enum Pending {
 }
 
 impl Pending {
-    fn is_ok(&self) -> bool {
+    fn error(&self) -> Option<&JournalError> {
         match self {
-            Pending::Fence(_, r) => r.is_ok(),
-            Pending::Unit(_, r) => r.is_ok(),
+            Pending::Fence(_, r) => r.as_ref().err(),
+            Pending::Unit(_, r) => r.as_ref().err(),
         }
     }
 
-    /// Answers; a write that succeeded inside a transaction that did not
-    /// commit gets `failed` instead.
+    /// Answers; a write that was not refused, inside a transaction that
+    /// did not commit, gets `failed` instead.
     fn answer(self, failed: Option<&JournalError>) {
         match self {
             Pending::Fence(tx, r) => {
-                let _ = tx.send(r.and_then(|v| failed.map_or(Ok(v), |e| Err(e.clone()))));
+                let _ = tx.send(decided(r, failed));
             }
             Pending::Unit(tx, r) => {
-                let _ = tx.send(r.and_then(|v| failed.map_or(Ok(v), |e| Err(e.clone()))));
+                let _ = tx.send(decided(r, failed));
             }
         }
     }
 }
 
+fn decided<T>(
+    r: Result<T, JournalError>,
+    failed: Option<&JournalError>,
+) -> Result<T, JournalError> {
+    match (r, failed) {
+        (Err(e), _) if is_refusal(&e) => Err(e),
+        (_, Some(f)) => Err(f.clone()),
+        (r, None) => r,
+    }
+}
+
 fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
+    let mut known = Known::default();
     while let Ok(first) = queue.recv() {
         batch.push(first);
         while batch.len() < max_batch {
@@ -299,23 +319,29 @@ fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
         }
         let mut answers = Vec::with_capacity(batch.len());
         let outcome = (|| -> Result<(), JournalError> {
-            let mut tx = conn
+            let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(store_error)?;
+            known.check(&tx)?;
             for write in batch.drain(..) {
-                let sp = tx.savepoint().map_err(store_error)?;
-                let pending = apply(&sp, write);
-                if pending.is_ok() {
-                    sp.commit().map_err(store_error)?;
-                } else {
-                    // Rolled back to the savepoint: the others stand.
-                    sp.finish().map_err(store_error)?;
-                }
+                let pending = apply(&tx, &mut known, write);
+                // A refusal is decided before the write changes anything,
+                // so the others stand; any other error may have left part
+                // of the write behind, so the whole transaction goes.
+                let fatal = pending.error().filter(|e| !is_refusal(e)).cloned();
                 answers.push(pending);
+                if let Some(e) = fatal {
+                    return Err(e);
+                }
             }
-            tx.commit().map_err(store_error)
+            tx.commit().map_err(store_error)?;
+            known.committed(&conn)
         })();
         let failed = outcome.err();
+        if failed.is_some() {
+            // What the cache learnt from the batch was rolled back.
+            known.forget();
+        }
         // Writes not reached before a failure are answered too.
         for write in batch.drain(..) {
             refuse(
@@ -329,6 +355,87 @@ fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
             pending.answer(failed.as_ref());
         }
     }
+}
+
+/// Where each id's history stands, as the writer last wrote it, so that
+/// an append is one insert per event instead of a read and an update as
+/// well. Valid while no other connection (another process on the same
+/// file) has committed: SQLite's `data_version` tells, and the cache is
+/// dropped when it moved.
+#[derive(Default)]
+struct Known {
+    ids: HashMap<String, Standing>,
+    data_version: Option<i64>,
+}
+
+#[derive(Clone, Copy)]
+struct Standing {
+    highest: u64,
+    epoch: u64,
+}
+
+/// Ids remembered at most; past it the cache starts again.
+const KNOWN_IDS: usize = 100_000;
+
+impl Known {
+    /// At the start of a transaction (the write lock held): drops the
+    /// cache if another connection committed since our last commit.
+    fn check(&mut self, conn: &Connection) -> Result<(), JournalError> {
+        let now = data_version(conn)?;
+        if self.data_version != Some(now) {
+            self.ids.clear();
+        }
+        Ok(())
+    }
+
+    /// After our commit: the version that includes it.
+    fn committed(&mut self, conn: &Connection) -> Result<(), JournalError> {
+        self.data_version = Some(data_version(conn)?);
+        if self.ids.len() > KNOWN_IDS {
+            self.ids.clear();
+        }
+        Ok(())
+    }
+
+    fn forget(&mut self) {
+        self.ids.clear();
+        self.data_version = None;
+    }
+
+    /// The id's standing: from the cache, or read (the writers' row holds
+    /// the epoch and the highest as of the last fence or delete; the
+    /// journal holds anything appended since).
+    fn standing(&mut self, conn: &Connection, id: &str) -> Result<Standing, JournalError> {
+        if let Some(s) = self.ids.get(id) {
+            return Ok(*s);
+        }
+        let (row_highest, epoch) = writer_row(conn, id)?;
+        let appended: Option<i64> = conn
+            .prepare_cached(
+                "SELECT MAX(sequence) FROM troubadour_journal WHERE persistence_id = ?1",
+            )
+            .and_then(|mut st| st.query_row(params![id], |row| row.get(0)))
+            .map_err(store_error)?;
+        let s = Standing {
+            highest: row_highest.max(appended.map_or(0, |a| a as u64)),
+            epoch,
+        };
+        self.ids.insert(id.to_string(), s);
+        Ok(s)
+    }
+}
+
+fn data_version(conn: &Connection) -> Result<i64, JournalError> {
+    conn.query_row("PRAGMA data_version", [], |row| row.get(0))
+        .map_err(store_error)
+}
+
+/// Refusals by the journal's rules, decided before anything is written.
+fn is_refusal(e: &JournalError) -> bool {
+    matches!(
+        e,
+        JournalError::Fenced { .. } | JournalError::SequenceConflict { .. }
+    )
 }
 
 fn refuse(write: Write, e: JournalError) {
@@ -345,19 +452,11 @@ fn refuse(write: Write, e: JournalError) {
     }
 }
 
-fn apply(conn: &Connection, write: Write) -> Pending {
+fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
     match write {
-        Write::Fence(id, epoch, tx) => Pending::Fence(tx, fence(conn, &id, epoch)),
-        Write::Append(append, tx) => Pending::Unit(tx, append_events(conn, append)),
-        Write::DeleteTo(id, to, tx) => Pending::Unit(
-            tx,
-            conn.execute(
-                "DELETE FROM troubadour_journal WHERE persistence_id = ?1 AND sequence <= ?2",
-                params![id, to as i64],
-            )
-            .map(|_| ())
-            .map_err(store_error),
-        ),
+        Write::Fence(id, epoch, tx) => Pending::Fence(tx, fence(conn, known, &id, epoch)),
+        Write::Append(append, tx) => Pending::Unit(tx, append_events(conn, known, append)),
+        Write::DeleteTo(id, to, tx) => Pending::Unit(tx, delete_to(conn, known, &id, to)),
         Write::SaveSnapshot(id, s, tx) => Pending::Unit(
             tx,
             conn.prepare_cached(
@@ -418,43 +517,62 @@ fn set_writer_row(
     .map_err(store_error)
 }
 
-fn fence(conn: &Connection, id: &str, epoch: u64) -> Result<Fenced, JournalError> {
-    let (highest, current) = writer_row(conn, id)?;
-    if current > epoch {
+fn fence(
+    conn: &Connection,
+    known: &mut Known,
+    id: &str,
+    epoch: u64,
+) -> Result<Fenced, JournalError> {
+    let standing = known.standing(conn, id)?;
+    if standing.epoch > epoch {
         return Err(JournalError::Fenced {
             persistence_id: id.to_string(),
             epoch,
-            current,
+            current: standing.epoch,
         });
     }
-    if current != epoch || highest == 0 {
-        set_writer_row(conn, id, highest, epoch)?;
-    }
+    set_writer_row(conn, id, standing.highest, epoch)?;
+    known.ids.insert(
+        id.to_string(),
+        Standing {
+            highest: standing.highest,
+            epoch,
+        },
+    );
     let lowest: Option<i64> = conn
         .prepare_cached("SELECT MIN(sequence) FROM troubadour_journal WHERE persistence_id = ?1")
         .and_then(|mut st| st.query_row(params![id], |row| row.get(0)))
         .map_err(store_error)?;
     Ok(Fenced {
-        highest,
-        lowest: lowest.map_or(highest + 1, |l| l as u64),
+        highest: standing.highest,
+        lowest: lowest.map_or(standing.highest + 1, |l| l as u64),
     })
 }
 
-fn append_events(conn: &Connection, append: Append) -> Result<(), JournalError> {
-    let (highest, current) = writer_row(conn, &append.persistence_id)?;
-    if current > append.epoch {
+fn append_events(conn: &Connection, known: &mut Known, append: Append) -> Result<(), JournalError> {
+    if append.events.is_empty() {
+        return Ok(());
+    }
+    let standing = known.standing(conn, &append.persistence_id)?;
+    if standing.epoch > append.epoch {
         return Err(JournalError::Fenced {
             persistence_id: append.persistence_id,
             epoch: append.epoch,
-            current,
+            current: standing.epoch,
         });
     }
-    if append.first_sequence != highest + 1 {
+    if append.first_sequence != standing.highest + 1 {
         return Err(JournalError::SequenceConflict {
             persistence_id: append.persistence_id,
             attempted: append.first_sequence,
-            highest,
+            highest: standing.highest,
         });
+    }
+    let last = standing.highest + append.events.len() as u64;
+    if append.epoch > standing.epoch {
+        // A writer that never fenced (or a newer epoch): remember it, so
+        // that older writers are refused from now on.
+        set_writer_row(conn, &append.persistence_id, standing.highest, append.epoch)?;
     }
     let mut insert = conn
         .prepare_cached(
@@ -463,8 +581,7 @@ fn append_events(conn: &Connection, append: Append) -> Result<(), JournalError> 
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
         )
         .map_err(store_error)?;
-    let mut sequence = append.first_sequence;
-    for e in &append.events {
+    for (sequence, e) in (append.first_sequence..).zip(&append.events) {
         insert
             .execute(params![
                 append.persistence_id,
@@ -476,9 +593,29 @@ fn append_events(conn: &Connection, append: Append) -> Result<(), JournalError> 
                 e.payload
             ])
             .map_err(store_error)?;
-        sequence += 1;
     }
-    set_writer_row(conn, &append.persistence_id, sequence - 1, append.epoch)
+    known.ids.insert(
+        append.persistence_id,
+        Standing {
+            highest: last,
+            epoch: append.epoch.max(standing.epoch),
+        },
+    );
+    Ok(())
+}
+
+/// Deletes events up to `to`, first writing the id's highest into its
+/// row, so that numbering goes on after the deleted events even when
+/// none is left.
+fn delete_to(conn: &Connection, known: &mut Known, id: &str, to: u64) -> Result<(), JournalError> {
+    let standing = known.standing(conn, id)?;
+    set_writer_row(conn, id, standing.highest, standing.epoch)?;
+    conn.execute(
+        "DELETE FROM troubadour_journal WHERE persistence_id = ?1 AND sequence <= ?2",
+        params![id, to as i64],
+    )
+    .map(|_| ())
+    .map_err(store_error)
 }
 
 fn read_loop(conn: Connection, queue: Receiver<Read>) {

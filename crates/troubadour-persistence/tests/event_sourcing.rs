@@ -454,3 +454,54 @@ fn many_actors_persisting_at_once_on_sqlite_all_survive_a_reopen() {
         assert_eq!(get(&c).0.amounts, (1..=10).collect::<Vec<_>>());
     }
 }
+
+#[test]
+fn numbering_goes_on_when_a_snapshot_covers_every_event() {
+    each_store(|reopen| {
+        let system = ActorSystem::new();
+        let spawn = |p: &Persistence| {
+            let mut counter = Counter::new(p, "all");
+            counter.total = Persistent::new(p, "all", Total::default())
+                .snapshots(SnapshotPolicy::every(5).keep(1).delete_events(true));
+            system.spawn(counter).unwrap()
+        };
+        let c = spawn(&reopen());
+        for n in 1..=10 {
+            add(&c, &[n]).unwrap();
+        }
+        stop(&system, &c);
+        let persistence = reopen();
+        assert!(all_events(&persistence, "all").is_empty());
+        let c = spawn(&persistence);
+        assert_eq!(get(&c).1, 10);
+        add(&c, &[11]).unwrap();
+        assert_eq!(all_events(&persistence, "all")[0].sequence, 11);
+    });
+}
+
+#[test]
+fn two_stores_on_one_sqlite_file_fence_each_other_as_two_processes_would() {
+    // Each `SqliteStore` has its own connections and writer, as another
+    // process on the same file would.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    let system = ActorSystem::new();
+    let at = |epoch: u64| {
+        let p = Persistence::sqlite(&path).unwrap();
+        let mut counter = Counter::new(&p, "x");
+        counter.total = Persistent::new(&p, "x", Total::default()).epoch(epoch);
+        system.spawn(counter).unwrap()
+    };
+    let old = at(1);
+    assert_eq!(add(&old, &[1]), Ok(1));
+    assert_eq!(add(&old, &[2]), Ok(3));
+    let new = at(2);
+    assert_eq!(get(&new).0.amounts, vec![1, 2]);
+    assert!(matches!(
+        add(&old, &[100]),
+        Err(PersistError::Journal(JournalError::Fenced { .. }))
+    ));
+    assert_eq!(add(&new, &[3]), Ok(6));
+    let p = Persistence::sqlite(&path).unwrap();
+    assert_eq!(linear_history(&all_events(&p, "x")), vec![1, 2, 3]);
+}

@@ -1,0 +1,290 @@
+//! Workload 14 (`persist`): events per second that are really on disk.
+//!
+//! `troubadour-bench persist --impl troubadour --store sqlite [--quick]
+//! [--json] [--dir D]`: 1,000 event-sourced actors each persist events as
+//! fast as they are acknowledged (one `persist` awaited, then the next),
+//! on SQLite (a file in WAL mode, `synchronous=FULL`: acknowledged means
+//! synced). Reports acknowledged events/s and the persist p99; then stops
+//! every actor, reopens the store and recovers them all, reporting
+//! recovered events/s. The floor, measured in the same run on the same
+//! disk: one insert per transaction with the same driver and settings
+//! (what group commit must beat). The answer is checked: every actor
+//! recovers exactly the events it was acknowledged, in order.
+
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+use troubadour::prelude::*;
+use troubadour_persistence::{Event, EventSourced, PersistError, Persistence, Persistent};
+
+const ACTORS: usize = 1_000;
+
+#[derive(Serialize, Deserialize)]
+struct Added(u64);
+impl Event for Added {
+    const TYPE: &'static str = "bench.Added";
+}
+
+#[derive(Serialize, Deserialize, Default)]
+struct Tally {
+    sum: u64,
+    count: u64,
+}
+impl EventSourced for Tally {
+    type Event = Added;
+    fn apply(&mut self, Added(n): &Added) {
+        self.sum += n;
+        self.count += 1;
+    }
+}
+
+struct Writer {
+    tally: Persistent<Tally>,
+}
+
+impl Actor for Writer {
+    fn activate(
+        &mut self,
+        _: &mut Context<Self>,
+    ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_>> {
+        Some(self.tally.recovery())
+    }
+}
+
+/// Persists `events` events back to back; replies with each persist's
+/// latency in microseconds.
+struct Run {
+    events: u64,
+}
+impl Message for Run {
+    type Reply = Result<Vec<u32>, PersistError>;
+}
+impl AsyncHandler<Run> for Writer {
+    async fn handle(
+        &mut self,
+        run: Run,
+        ctx: &mut Context<Self>,
+    ) -> Result<Vec<u32>, PersistError> {
+        let mut latencies = Vec::with_capacity(run.events as usize);
+        for i in 1..=run.events {
+            let start = Instant::now();
+            self.tally.persist(Added(i), ctx).await?;
+            latencies.push(start.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        }
+        Ok(latencies)
+    }
+}
+
+struct Read;
+impl Message for Read {
+    type Reply = (u64, u64);
+}
+impl Handler<Read> for Writer {
+    fn handle(&mut self, _: Read, _: &mut Context<Self>) -> (u64, u64) {
+        (self.tally.count, self.tally.sum)
+    }
+}
+
+struct Args {
+    quick: bool,
+    json: bool,
+    dir: Option<PathBuf>,
+}
+
+pub fn main(all: Vec<String>) -> ExitCode {
+    let mut args = Args {
+        quick: false,
+        json: false,
+        dir: None,
+    };
+    let mut it = all.into_iter().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--json" => args.json = true,
+            "--dir" => args.dir = it.next().map(PathBuf::from),
+            "--impl" => {
+                if it.next().as_deref() != Some("troubadour") {
+                    eprintln!("persist: only --impl troubadour is implemented");
+                    return ExitCode::from(2);
+                }
+            }
+            "--store" => {
+                if it.next().as_deref() != Some("sqlite") {
+                    eprintln!(
+                        "persist: only --store sqlite is implemented (PostgreSQL comes next)"
+                    );
+                    return ExitCode::from(2);
+                }
+            }
+            other => {
+                eprintln!("persist: unknown argument {other}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match run(&args) {
+        Ok(line) => {
+            println!("{line}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            if args.json {
+                println!(
+                    "{{\"workload\":\"persist\",\"impl\":\"troubadour\",\"ok\":false,\"error\":{:?}}}",
+                    e
+                );
+            } else {
+                eprintln!("persist: {e}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<String, String> {
+    let scratch = match &args.dir {
+        Some(d) => tempdir_in(d)?,
+        None => tempdir_in(&std::env::temp_dir())?,
+    };
+    let per_actor: u64 = if args.quick { 5 } else { 100 };
+    let floor_inserts: u64 = if args.quick { 200 } else { 2_000 };
+
+    let floor = floor_events_per_sec(&scratch.join("floor.db"), floor_inserts)?;
+
+    let path = scratch.join("events.db");
+    let system = ActorSystem::new();
+    let persistence = Persistence::sqlite(&path).map_err(|e| e.to_string())?;
+    let writers: Vec<ActorRef<Writer>> = (0..ACTORS)
+        .map(|i| spawn_writer(&system, &persistence, i))
+        .collect::<Result<_, _>>()?;
+    // Recovered (empty) before the clock starts.
+    for w in &writers {
+        w.ask(Read)
+            .timeout(Duration::from_secs(60))
+            .wait()
+            .map_err(|e| e.to_string())?;
+    }
+    let start = Instant::now();
+    let asks: Vec<_> = writers
+        .iter()
+        .map(|w| w.ask(Run { events: per_actor }))
+        .collect();
+    let mut latencies = Vec::with_capacity(ACTORS * per_actor as usize);
+    for ask in asks {
+        let l = ask
+            .timeout(Duration::from_secs(600))
+            .wait()
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        latencies.extend(l);
+    }
+    let elapsed = start.elapsed();
+    let total = ACTORS as u64 * per_actor;
+    latencies.sort_unstable();
+    let p99 = latencies[(latencies.len() * 99 / 100).min(latencies.len() - 1)];
+    for w in &writers {
+        w.stop();
+    }
+    for w in &writers {
+        system.block_on(w.wait_stopped());
+    }
+    drop(persistence);
+
+    // Recovery from a reopened store.
+    let persistence = Persistence::sqlite(&path).map_err(|e| e.to_string())?;
+    let start = Instant::now();
+    let writers: Vec<ActorRef<Writer>> = (0..ACTORS)
+        .map(|i| spawn_writer(&system, &persistence, i))
+        .collect::<Result<_, _>>()?;
+    let reads: Vec<_> = writers.iter().map(|w| w.ask(Read)).collect();
+    let want_sum = per_actor * (per_actor + 1) / 2;
+    for (i, r) in reads.into_iter().enumerate() {
+        let (count, sum) = r
+            .timeout(Duration::from_secs(600))
+            .wait()
+            .map_err(|e| e.to_string())?;
+        if count != per_actor || sum != want_sum {
+            return Err(format!(
+                "actor {i} recovered {count} events summing {sum}, want {per_actor} summing {want_sum}"
+            ));
+        }
+    }
+    let recovery = start.elapsed();
+    let _ = system.shutdown(Duration::from_secs(10));
+    let _ = std::fs::remove_dir_all(&scratch);
+
+    let events_per_sec = total as f64 / elapsed.as_secs_f64();
+    let recovery_per_sec = total as f64 / recovery.as_secs_f64();
+    Ok(if args.json {
+        format!(
+            "{{\"workload\":\"persist\",\"impl\":\"troubadour\",\"ok\":true,\"store\":\"sqlite\",\
+             \"events\":{total},\"elapsed_ms\":{:.3},\"events_per_sec\":{:.1},\"persist_p99_us\":{p99},\
+             \"recovery_events_per_sec\":{:.1},\"floor_events_per_sec\":{:.1}}}",
+            elapsed.as_secs_f64() * 1e3,
+            events_per_sec,
+            recovery_per_sec,
+            floor
+        )
+    } else {
+        format!(
+            "persist sqlite: {total} events in {:.0} ms, {:.0} events/s ({:.1}x the floor of {:.0}), \
+             persist p99 {p99} us, recovery {:.0} events/s",
+            elapsed.as_secs_f64() * 1e3,
+            events_per_sec,
+            events_per_sec / floor,
+            floor,
+            recovery_per_sec
+        )
+    })
+}
+
+fn spawn_writer(
+    system: &ActorSystem,
+    p: &Persistence,
+    i: usize,
+) -> Result<ActorRef<Writer>, String> {
+    system
+        .spawn(Writer {
+            tally: Persistent::new(p, format!("writer-{i}"), Tally::default()),
+        })
+        .map_err(|e| e.to_string())
+}
+
+/// One insert per transaction, synced, with the same driver and settings:
+/// what the store would do without group commit.
+fn floor_events_per_sec(path: &Path, inserts: u64) -> Result<f64, String> {
+    let conn = rusqlite::Connection::open(path).map_err(|e| e.to_string())?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
+        .and_then(|_| {
+            conn.execute_batch(
+                "CREATE TABLE journal (persistence_id TEXT NOT NULL, sequence INTEGER NOT NULL,
+                 payload BLOB NOT NULL, PRIMARY KEY (persistence_id, sequence)) WITHOUT ROWID",
+            )
+        })
+        .map_err(|e| e.to_string())?;
+    let payload = postcard_like_payload();
+    let start = Instant::now();
+    for i in 1..=inserts {
+        conn.execute(
+            "INSERT INTO journal (persistence_id, sequence, payload) VALUES (?1, ?2, ?3)",
+            rusqlite::params!["floor", i as i64, payload],
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(inserts as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The size of an `Added` event as stored.
+fn postcard_like_payload() -> Vec<u8> {
+    vec![0x2a; 2]
+}
+
+fn tempdir_in(parent: &Path) -> Result<PathBuf, String> {
+    let dir = parent.join(format!("troubadour-persist-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    Ok(dir)
+}
