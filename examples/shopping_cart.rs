@@ -149,7 +149,10 @@ fn demo() -> ExitCode {
         }
     }
     let _ = shopper.wait();
-    println!("killed the shopper (kill -9) after {} acknowledged items", acknowledged.len());
+    println!(
+        "killed the shopper (kill -9) after {} acknowledged items",
+        acknowledged.len()
+    );
 
     let system = ActorSystem::new();
     let persistence = Persistence::sqlite(&db).unwrap();
