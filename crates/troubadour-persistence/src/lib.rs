@@ -21,6 +21,8 @@ mod error;
 mod event;
 mod memory;
 mod persistent;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod sqlite;
 pub mod store;
 
@@ -28,5 +30,7 @@ pub use error::{DecodeError, JournalError, PersistError, RecoveryError};
 pub use event::{Event, StoredEvent, POSTCARD};
 pub use memory::MemoryStore;
 pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
+#[cfg(feature = "postgres")]
+pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};

@@ -12,13 +12,16 @@ use troubadour::prelude::*;
 use troubadour_persistence::*;
 
 /// Runs `test` on each store; `reopen` gives persistence over the same data,
-/// through a fresh connection for SQLite (as after a process restart).
+/// through fresh connections for SQLite and PostgreSQL (as after a
+/// process restart).
 fn each_store(test: impl Fn(&dyn Fn() -> Persistence)) {
     let memory = MemoryStore::new();
     test(&|| Persistence::new(memory.clone(), memory.clone()));
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.db");
     test(&|| Persistence::sqlite(&path).unwrap());
+    let db = PgDatabase::new();
+    test(&|| db.persistence());
 }
 
 fn add(counter: &ActorRef<Counter>, amounts: &[u64]) -> Result<u64, PersistError> {

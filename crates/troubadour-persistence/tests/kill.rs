@@ -1,10 +1,11 @@
 //! kill -9 with real processes: a child process persists under load to a
-//! SQLite file and is killed with SIGKILL mid-write, three times over. After
-//! each kill every acknowledged event is there, and no append of several
-//! events is half there.
+//! SQLite file, or to a PostgreSQL server, and is killed with SIGKILL
+//! mid-write, three times over. After each kill every acknowledged event
+//! is there, and no append of several events is half there.
 //!
 //! The child is this test binary again (`child_writer` does nothing unless
-//! `TROUBADOUR_PERSIST_CHILD` names the database).
+//! `TROUBADOUR_PERSIST_CHILD` names the store: `sqlite:<path>` or
+//! `postgres:<url>`).
 
 mod common;
 
@@ -31,7 +32,7 @@ fn child_writer() {
         .parse()
         .unwrap();
     let system = ActorSystem::new();
-    let persistence = Persistence::sqlite(&db).unwrap();
+    let persistence = open(&system, &db);
     let counters: Vec<_> = (0..COUNTERS)
         .map(|i| {
             system
@@ -60,13 +61,37 @@ fn child_writer() {
     }
 }
 
+/// The store a child names: `sqlite:<path>` or `postgres:<url>`.
+fn open(system: &ActorSystem, store: &str) -> Persistence {
+    match store.split_once(':') {
+        Some(("sqlite", path)) => Persistence::sqlite(path).unwrap(),
+        Some(("postgres", url)) => {
+            let store = system.block_on(PostgresStore::connect(url)).unwrap();
+            Persistence::new(store.clone(), store)
+        }
+        _ => panic!("unknown store {store}"),
+    }
+}
+
 #[test]
-fn acknowledged_events_survive_kill_9_and_no_append_is_half_stored() {
+fn on_sqlite_acknowledged_events_survive_kill_9_and_no_append_is_half_stored() {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("kill.db");
+    kill_rounds(&format!("sqlite:{}", dir.path().join("kill.db").display()));
+}
+
+#[test]
+fn on_postgres_acknowledged_events_survive_kill_9_and_no_append_is_half_stored() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let db = PgDatabase::new();
+    kill_rounds(&format!("postgres:{}", db.url));
+}
+
+fn kill_rounds(db: &str) {
     let mut acked: HashMap<usize, Vec<u64>> = HashMap::new();
     for round in 1..=3u64 {
         let mut child = Command::new(std::env::current_exe().unwrap())
@@ -77,7 +102,7 @@ fn acknowledged_events_survive_kill_9_and_no_append_is_half_stored() {
                 "--test-threads",
                 "1",
             ])
-            .env(CHILD_ENV, &db)
+            .env(CHILD_ENV, db)
             .env("TROUBADOUR_PERSIST_ROUND", round.to_string())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -107,7 +132,7 @@ fn acknowledged_events_survive_kill_9_and_no_append_is_half_stored() {
 
         // Recover every counter from the file the killed process left.
         let system = ActorSystem::new();
-        let persistence = Persistence::sqlite(&db).unwrap();
+        let persistence = open(&system, db);
         for i in 0..COUNTERS {
             let c = system
                 .spawn(Counter::new(&persistence, &format!("k{i}")))

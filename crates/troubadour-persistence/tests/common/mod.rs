@@ -2,6 +2,11 @@
 //! holds recovery until the test lets it go.
 #![allow(dead_code)]
 
+// The test suite's PostgreSQL server (Debian's, in a temporary directory),
+// shared with the cluster's tests.
+#[path = "../../../troubadour-cluster/tests/postgres/mod.rs"]
+pub mod postgres;
+
 use serde::{Deserialize, Serialize};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -152,4 +157,68 @@ pub fn linear_history(records: &[EventRecord]) -> Vec<u64> {
         amounts.push(n);
     }
     amounts
+}
+
+static SERVER: Mutex<std::sync::Weak<postgres::Server>> = Mutex::new(std::sync::Weak::new());
+static DATABASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// A fresh database on a PostgreSQL server shared by the tests running at
+/// the same time (stopped when the last of them lets go), and a runtime
+/// for its connections.
+pub struct PgDatabase {
+    pub url: String,
+    pub runtime: tokio::runtime::Runtime,
+    _server: Arc<postgres::Server>,
+}
+
+impl PgDatabase {
+    pub fn new() -> PgDatabase {
+        let server = {
+            let mut shared = SERVER.lock().unwrap();
+            match shared.upgrade() {
+                Some(s) => s,
+                None => {
+                    let s = Arc::new(postgres::Server::start());
+                    *shared = Arc::downgrade(&s);
+                    s
+                }
+            }
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        let name = format!(
+            "t{}_{}",
+            std::process::id(),
+            DATABASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        );
+        let admin = server.url();
+        runtime.block_on(async {
+            let (client, conn) = tokio_postgres::connect(&admin, tokio_postgres::NoTls)
+                .await
+                .unwrap();
+            tokio::spawn(conn);
+            client
+                .batch_execute(&format!("CREATE DATABASE {name}"))
+                .await
+                .unwrap();
+        });
+        let url = format!("{}{}", admin.trim_end_matches("postgres"), name);
+        PgDatabase {
+            url,
+            runtime,
+            _server: server,
+        }
+    }
+
+    /// Persistence over a new connection pool to this database.
+    pub fn persistence(&self) -> Persistence {
+        let store = self
+            .runtime
+            .block_on(PostgresStore::connect(&self.url))
+            .unwrap();
+        Persistence::new(store.clone(), store)
+    }
 }

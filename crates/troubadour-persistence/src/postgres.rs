@@ -1,0 +1,568 @@
+//! The PostgreSQL store (feature `postgres`), for production: the journal,
+//! the writers' epochs and the snapshots in three tables, created by
+//! [`PostgresStore::connect`] if missing, shared by every process (every
+//! node of a cluster) that writes there.
+//!
+//! **Group commit, set-based.** Writes go to one writer task per store. It
+//! takes whatever is waiting (up to 1,024 writes) and runs them in one
+//! transaction with a fixed number of round trips, whatever the batch's
+//! size: lock the rows of every id the batch touches (`SELECT … FOR
+//! UPDATE`, creating missing ones first), decide each write in queue order
+//! against them (refusals change nothing), insert every event of the batch
+//! in one `INSERT … SELECT FROM unnest(…)`, move the rows in one `UPDATE …
+//! FROM unnest(…)`, commit. The row lock makes the rules hold between
+//! processes: a fence or append from another node waits for the lock and
+//! then sees this commit.
+//!
+//! **Reads** (replay, snapshots) run on pooled connections beside it.
+
+use crate::error::JournalError;
+use crate::event::StoredEvent;
+use crate::store::{
+    Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
+};
+use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use std::collections::HashMap;
+use std::future::Future;
+use tokio::sync::{mpsc, oneshot};
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS troubadour_journal (
+    persistence_id text NOT NULL,
+    sequence bigint NOT NULL,
+    epoch bigint NOT NULL,
+    type_name text NOT NULL,
+    version integer NOT NULL,
+    codec text NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (persistence_id, sequence)
+);
+CREATE TABLE IF NOT EXISTS troubadour_writers (
+    persistence_id text PRIMARY KEY,
+    highest bigint NOT NULL,
+    epoch bigint NOT NULL
+);
+CREATE TABLE IF NOT EXISTS troubadour_snapshots (
+    persistence_id text NOT NULL,
+    sequence bigint NOT NULL,
+    type_name text NOT NULL,
+    version integer NOT NULL,
+    codec text NOT NULL,
+    payload bytea NOT NULL,
+    PRIMARY KEY (persistence_id, sequence)
+);
+";
+
+/// The most writes one transaction takes.
+const MAX_BATCH: usize = 1024;
+
+/// The PostgreSQL journal and snapshot store. Clones share the pool and the
+/// writer task, which ends when the last clone is dropped.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), troubadour_persistence::JournalError> {
+/// use troubadour_persistence::{Persistence, PostgresStore};
+/// let store = PostgresStore::connect("postgres://app@db.internal/app").await?;
+/// let persistence = Persistence::new(store.clone(), store);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PostgresStore {
+    pool: Pool,
+    runtime: tokio::runtime::Handle,
+    writes: mpsc::UnboundedSender<Write>,
+}
+
+type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
+
+enum Write {
+    Fence(String, u64, Reply<Fenced>),
+    Append(Append, Reply<()>),
+    DeleteTo(String, u64, Reply<()>),
+    SaveSnapshot(String, SnapshotRecord, Reply<()>),
+    DeleteSnapshots(String, u64, Reply<()>),
+}
+
+impl Write {
+    fn refuse(self, e: JournalError) {
+        match self {
+            Write::Fence(_, _, tx) => {
+                let _ = tx.send(Err(e));
+            }
+            Write::Append(_, tx)
+            | Write::DeleteTo(_, _, tx)
+            | Write::SaveSnapshot(_, _, tx)
+            | Write::DeleteSnapshots(_, _, tx) => {
+                let _ = tx.send(Err(e));
+            }
+        }
+    }
+
+    fn id(&self) -> &str {
+        match self {
+            Write::Fence(id, ..)
+            | Write::DeleteTo(id, ..)
+            | Write::SaveSnapshot(id, ..)
+            | Write::DeleteSnapshots(id, ..) => id,
+            Write::Append(a, _) => &a.persistence_id,
+        }
+    }
+}
+
+impl PostgresStore {
+    /// A store on the database at `url` (`postgres://user:password@host:port/db`),
+    /// with a pool of connections that reconnects after a server restart;
+    /// creates the schema if missing. Call from within a tokio runtime (an
+    /// actor system's `block_on`): the connections and the writer run there.
+    pub async fn connect(url: &str) -> Result<PostgresStore, JournalError> {
+        let mut config = Config::new();
+        config.url = Some(url.to_string());
+        config.manager = Some(ManagerConfig {
+            recycling_method: RecyclingMethod::Verified,
+        });
+        let pool = config
+            .create_pool(Some(Runtime::Tokio1), NoTls)
+            .map_err(|e| JournalError::Unavailable(format!("bad PostgreSQL settings: {e}")))?;
+        let mut client = pool.get().await.map_err(no_connection)?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        // One process at a time creates the schema.
+        tx.batch_execute("SELECT pg_advisory_xact_lock(7262661747)")
+            .await
+            .map_err(pg_error)?;
+        tx.batch_execute(SCHEMA).await.map_err(pg_error)?;
+        tx.commit().await.map_err(pg_error)?;
+        drop(client);
+        let runtime = tokio::runtime::Handle::current();
+        let (writes, queue) = mpsc::unbounded_channel();
+        runtime.spawn(write_loop(pool.clone(), queue));
+        Ok(PostgresStore {
+            pool,
+            runtime,
+            writes,
+        })
+    }
+
+    fn write<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> Write) -> StoreFuture<'_, T> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.writes.send(make(tx)).is_ok();
+        Box::pin(async move {
+            if !sent {
+                return Err(JournalError::Unavailable(
+                    "the PostgreSQL store's writer is gone".into(),
+                ));
+            }
+            rx.await.unwrap_or_else(|_| {
+                Err(JournalError::Unavailable(
+                    "the PostgreSQL store's writer stopped before answering".into(),
+                ))
+            })
+        })
+    }
+
+    /// Runs a read with a pooled connection on the store's runtime (so
+    /// whoever polls the returned future needs no runtime of its own).
+    fn read<T, F, W>(&self, work: W) -> StoreFuture<'static, T>
+    where
+        T: Send + 'static,
+        W: FnOnce(deadpool_postgres::Object) -> F + Send + 'static,
+        F: Future<Output = Result<T, JournalError>> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        let task = self.runtime.spawn(async move {
+            let client = pool.get().await.map_err(no_connection)?;
+            work(client).await
+        });
+        Box::pin(async move {
+            task.await.unwrap_or_else(|e| {
+                Err(JournalError::Unavailable(format!(
+                    "the store's task ended: {e}"
+                )))
+            })
+        })
+    }
+}
+
+impl Journal for PostgresStore {
+    fn fence(&self, persistence_id: &str, epoch: u64) -> StoreFuture<'_, Fenced> {
+        let id = persistence_id.to_string();
+        self.write(move |r| Write::Fence(id, epoch, r))
+    }
+
+    fn append(&self, append: Append) -> StoreFuture<'_, ()> {
+        self.write(move |r| Write::Append(append, r))
+    }
+
+    fn replay(
+        &self,
+        persistence_id: &str,
+        from: u64,
+        max: usize,
+    ) -> StoreFuture<'_, Vec<EventRecord>> {
+        let id = persistence_id.to_string();
+        self.read(move |client| async move {
+            let rows = client
+                .query(
+                    "SELECT sequence, epoch, type_name, version, codec, payload FROM troubadour_journal
+                     WHERE persistence_id = $1 AND sequence >= $2 ORDER BY sequence LIMIT $3",
+                    &[&id, &(from as i64), &(max.min(i64::MAX as usize) as i64)],
+                )
+                .await
+                .map_err(pg_error)?;
+            Ok(rows
+                .iter()
+                .map(|row| EventRecord {
+                    sequence: row.get::<_, i64>(0) as u64,
+                    epoch: row.get::<_, i64>(1) as u64,
+                    event: StoredEvent {
+                        type_name: row.get(2),
+                        version: row.get::<_, i32>(3) as u32,
+                        codec: row.get(4),
+                        payload: row.get(5),
+                    },
+                })
+                .collect())
+        })
+    }
+
+    fn delete_to(&self, persistence_id: &str, to: u64) -> StoreFuture<'_, ()> {
+        let id = persistence_id.to_string();
+        self.write(move |r| Write::DeleteTo(id, to, r))
+    }
+}
+
+impl SnapshotStore for PostgresStore {
+    fn save(&self, persistence_id: &str, snapshot: SnapshotRecord) -> StoreFuture<'_, ()> {
+        let id = persistence_id.to_string();
+        self.write(move |r| Write::SaveSnapshot(id, snapshot, r))
+    }
+
+    fn latest(&self, persistence_id: &str) -> StoreFuture<'_, Option<SnapshotRecord>> {
+        let id = persistence_id.to_string();
+        self.read(move |client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT sequence, type_name, version, codec, payload FROM troubadour_snapshots
+                     WHERE persistence_id = $1 ORDER BY sequence DESC LIMIT 1",
+                    &[&id],
+                )
+                .await
+                .map_err(pg_error)?;
+            Ok(row.map(|row| SnapshotRecord {
+                sequence: row.get::<_, i64>(0) as u64,
+                state: StoredEvent {
+                    type_name: row.get(1),
+                    version: row.get::<_, i32>(2) as u32,
+                    codec: row.get(3),
+                    payload: row.get(4),
+                },
+            }))
+        })
+    }
+
+    fn delete_below(&self, persistence_id: &str, below: u64) -> StoreFuture<'_, ()> {
+        let id = persistence_id.to_string();
+        self.write(move |r| Write::DeleteSnapshots(id, below, r))
+    }
+}
+
+/// An id's row, as locked by the batch and moved by its writes.
+#[derive(Clone, Copy)]
+struct Standing {
+    highest: u64,
+    epoch: u64,
+    changed: bool,
+}
+
+/// What a write of the batch will answer once the commit decides.
+enum Pending {
+    Fence(Reply<Fenced>, Result<Fenced, JournalError>),
+    Unit(Reply<()>, Result<(), JournalError>),
+}
+
+impl Pending {
+    /// A write that was not refused, in a transaction that did not commit,
+    /// gets `failed`.
+    fn answer(self, failed: Option<&JournalError>) {
+        fn decided<T>(
+            r: Result<T, JournalError>,
+            failed: Option<&JournalError>,
+        ) -> Result<T, JournalError> {
+            match (r, failed) {
+                (Err(e), _) => Err(e),
+                (Ok(_), Some(f)) => Err(f.clone()),
+                (ok, None) => ok,
+            }
+        }
+        match self {
+            Pending::Fence(tx, r) => {
+                let _ = tx.send(decided(r, failed));
+            }
+            Pending::Unit(tx, r) => {
+                let _ = tx.send(decided(r, failed));
+            }
+        }
+    }
+}
+
+async fn write_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<Write>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let mut answers = Vec::with_capacity(batch.len());
+        let outcome = run_batch(&pool, &mut batch, &mut answers).await;
+        let failed = outcome.err();
+        for write in batch.drain(..) {
+            write.refuse(
+                failed
+                    .clone()
+                    .unwrap_or_else(|| JournalError::Unavailable("not run".into())),
+            );
+        }
+        for pending in answers {
+            pending.answer(failed.as_ref());
+        }
+    }
+}
+
+async fn run_batch(
+    pool: &Pool,
+    batch: &mut Vec<Write>,
+    answers: &mut Vec<Pending>,
+) -> Result<(), JournalError> {
+    let mut client = pool.get().await.map_err(no_connection)?;
+    let tx = client.transaction().await.map_err(pg_error)?;
+    // Lock every id the batch touches, in a fixed order (no deadlock with
+    // another process's batch), creating rows for new ids.
+    let mut ids: Vec<String> = batch.iter().map(|w| w.id().to_string()).collect();
+    ids.sort();
+    ids.dedup();
+    tx.execute(
+        "INSERT INTO troubadour_writers (persistence_id, highest, epoch)
+         SELECT id, 0, 0 FROM unnest($1::text[]) AS id ORDER BY id
+         ON CONFLICT (persistence_id) DO NOTHING",
+        &[&ids],
+    )
+    .await
+    .map_err(pg_error)?;
+    let rows = tx
+        .query(
+            "SELECT persistence_id, highest, epoch FROM troubadour_writers
+             WHERE persistence_id = ANY($1) ORDER BY persistence_id FOR UPDATE",
+            &[&ids],
+        )
+        .await
+        .map_err(pg_error)?;
+    let mut standing: HashMap<String, Standing> = rows
+        .iter()
+        .map(|row| {
+            (
+                row.get::<_, String>(0),
+                Standing {
+                    highest: row.get::<_, i64>(1) as u64,
+                    epoch: row.get::<_, i64>(2) as u64,
+                    changed: false,
+                },
+            )
+        })
+        .collect();
+    // The lowest stored event of each id that is fenced (recovery needs it).
+    let fenced_ids: Vec<String> = batch
+        .iter()
+        .filter_map(|w| match w {
+            Write::Fence(id, ..) => Some(id.clone()),
+            _ => None,
+        })
+        .collect();
+    let mut lowest: HashMap<String, u64> = HashMap::new();
+    if !fenced_ids.is_empty() {
+        for row in tx
+            .query(
+                "SELECT persistence_id, MIN(sequence) FROM troubadour_journal
+                 WHERE persistence_id = ANY($1) GROUP BY persistence_id",
+                &[&fenced_ids],
+            )
+            .await
+            .map_err(pg_error)?
+        {
+            lowest.insert(row.get(0), row.get::<_, i64>(1) as u64);
+        }
+    }
+
+    // Decide each write in queue order; collect the events to insert.
+    let mut ev_ids: Vec<&str> = vec![];
+    let mut ev_seq: Vec<i64> = vec![];
+    let mut ev_epoch: Vec<i64> = vec![];
+    let mut ev_type: Vec<&str> = vec![];
+    let mut ev_version: Vec<i32> = vec![];
+    let mut ev_codec: Vec<&str> = vec![];
+    let mut ev_payload: Vec<&[u8]> = vec![];
+    let mut deletes: Vec<(String, u64)> = vec![];
+    let mut snapshots: Vec<(String, SnapshotRecord)> = vec![];
+    let mut snapshot_deletes: Vec<(String, u64)> = vec![];
+    let writes = std::mem::take(batch);
+    let mut appends: Vec<Append> = vec![];
+    for write in writes {
+        let Some(s) = standing.get_mut(write.id()) else {
+            write.refuse(JournalError::Unavailable("the id's row vanished".into()));
+            continue;
+        };
+        match write {
+            Write::Fence(id, epoch, reply) => {
+                let result = if s.epoch > epoch {
+                    Err(JournalError::Fenced {
+                        persistence_id: id.clone(),
+                        epoch,
+                        current: s.epoch,
+                    })
+                } else {
+                    s.epoch = epoch;
+                    s.changed = true;
+                    Ok(Fenced {
+                        highest: s.highest,
+                        lowest: lowest
+                            .get(&id)
+                            .copied()
+                            .filter(|l| *l <= s.highest)
+                            .unwrap_or(s.highest + 1),
+                    })
+                };
+                answers.push(Pending::Fence(reply, result));
+            }
+            Write::Append(append, reply) => {
+                let result = if s.epoch > append.epoch {
+                    Err(JournalError::Fenced {
+                        persistence_id: append.persistence_id.clone(),
+                        epoch: append.epoch,
+                        current: s.epoch,
+                    })
+                } else if append.first_sequence != s.highest + 1 {
+                    Err(JournalError::SequenceConflict {
+                        persistence_id: append.persistence_id.clone(),
+                        attempted: append.first_sequence,
+                        highest: s.highest,
+                    })
+                } else {
+                    s.highest += append.events.len() as u64;
+                    s.epoch = append.epoch;
+                    s.changed = true;
+                    Ok(())
+                };
+                if result.is_ok() {
+                    appends.push(append);
+                }
+                answers.push(Pending::Unit(reply, result));
+            }
+            Write::DeleteTo(id, to, reply) => {
+                deletes.push((id, to));
+                answers.push(Pending::Unit(reply, Ok(())));
+            }
+            Write::SaveSnapshot(id, snapshot, reply) => {
+                snapshots.push((id, snapshot));
+                answers.push(Pending::Unit(reply, Ok(())));
+            }
+            Write::DeleteSnapshots(id, below, reply) => {
+                snapshot_deletes.push((id, below));
+                answers.push(Pending::Unit(reply, Ok(())));
+            }
+        }
+    }
+    for a in &appends {
+        for (sequence, e) in (a.first_sequence..).zip(&a.events) {
+            ev_ids.push(&a.persistence_id);
+            ev_seq.push(sequence as i64);
+            ev_epoch.push(a.epoch as i64);
+            ev_type.push(&e.type_name);
+            ev_version.push(e.version as i32);
+            ev_codec.push(&e.codec);
+            ev_payload.push(&e.payload);
+        }
+    }
+    if !ev_ids.is_empty() {
+        tx.execute(
+            "INSERT INTO troubadour_journal
+             (persistence_id, sequence, epoch, type_name, version, codec, payload)
+             SELECT * FROM unnest($1::text[], $2::bigint[], $3::bigint[], $4::text[],
+                                  $5::integer[], $6::text[], $7::bytea[])",
+            &[
+                &ev_ids,
+                &ev_seq,
+                &ev_epoch,
+                &ev_type,
+                &ev_version,
+                &ev_codec,
+                &ev_payload,
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    let (moved_ids, moved_highest, moved_epoch): (Vec<&str>, Vec<i64>, Vec<i64>) = standing
+        .iter()
+        .filter(|(_, s)| s.changed)
+        .map(|(id, s)| (id.as_str(), s.highest as i64, s.epoch as i64))
+        .fold((vec![], vec![], vec![]), |mut acc, (i, h, e)| {
+            acc.0.push(i);
+            acc.1.push(h);
+            acc.2.push(e);
+            acc
+        });
+    if !moved_ids.is_empty() {
+        tx.execute(
+            "UPDATE troubadour_writers AS w SET highest = v.highest, epoch = v.epoch
+             FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS v(id, highest, epoch)
+             WHERE w.persistence_id = v.id",
+            &[&moved_ids, &moved_highest, &moved_epoch],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    for (id, snapshot) in &snapshots {
+        tx.execute(
+            "INSERT INTO troubadour_snapshots (persistence_id, sequence, type_name, version, codec, payload)
+             VALUES ($1, $2, $3, $4, $5, $6)
+             ON CONFLICT (persistence_id, sequence) DO UPDATE SET type_name = excluded.type_name,
+               version = excluded.version, codec = excluded.codec, payload = excluded.payload",
+            &[
+                id,
+                &(snapshot.sequence as i64),
+                &snapshot.state.type_name,
+                &(snapshot.state.version as i32),
+                &snapshot.state.codec,
+                &snapshot.state.payload,
+            ],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    for (id, below) in &snapshot_deletes {
+        tx.execute(
+            "DELETE FROM troubadour_snapshots WHERE persistence_id = $1 AND sequence < $2",
+            &[id, &(*below as i64)],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    for (id, to) in &deletes {
+        tx.execute(
+            "DELETE FROM troubadour_journal WHERE persistence_id = $1 AND sequence <= $2",
+            &[id, &(*to as i64)],
+        )
+        .await
+        .map_err(pg_error)?;
+    }
+    tx.commit().await.map_err(pg_error)
+}
+
+fn no_connection(e: deadpool_postgres::PoolError) -> JournalError {
+    JournalError::Unavailable(format!("no connection to PostgreSQL: {e}"))
+}
+
+fn pg_error(e: tokio_postgres::Error) -> JournalError {
+    match e.code() {
+        Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::OUT_OF_MEMORY => {
+            JournalError::StorageFull(format!("PostgreSQL: {e}"))
+        }
+        _ => JournalError::Unavailable(format!("PostgreSQL: {e}")),
+    }
+}
