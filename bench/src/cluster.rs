@@ -25,10 +25,7 @@ use troubadour::prelude::*;
 use troubadour_cluster::{with_cluster, Cluster, Entity, EntityMessages, PostgresLeaseStore};
 use troubadour_remote::{Remote, RemoteMessage};
 
-// The test suite's PostgreSQL server (initdb and pg_ctl in a temporary
-// directory, as the `postgres` user), shared rather than written twice.
-#[path = "../../crates/troubadour-cluster/tests/postgres/mod.rs"]
-mod postgres;
+use crate::postgres;
 
 /// Clients in flight per node, for activation and the final check.
 const IN_FLIGHT: usize = 100;

@@ -21,6 +21,10 @@ mod cluster;
 mod impls;
 mod measure;
 mod persist;
+// The test suite's PostgreSQL server (initdb and pg_ctl in a temporary
+// directory, as the `postgres` user), shared rather than written twice.
+#[path = "../../crates/troubadour-cluster/tests/postgres/mod.rs"]
+mod postgres;
 mod remote;
 mod workload;
 
@@ -34,7 +38,7 @@ const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] 
 workloads: counting pingpong skynet fanin rings idle direct pi
            remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
            cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)
-           persist --store sqlite [--dir D] (event-sourced actors, group commit, floor beside)";
+           persist --store sqlite|postgres [--dir D] (event-sourced actors, group commit, floor beside)";
 
 struct Args {
     workload: Workload,

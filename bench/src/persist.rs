@@ -1,15 +1,16 @@
 //! Workload 14 (`persist`): events per second that are really on disk.
 //!
-//! `troubadour-bench persist --impl troubadour --store sqlite [--quick]
-//! [--json] [--dir D]`: 1,000 event-sourced actors each persist events as
-//! fast as they are acknowledged (one `persist` awaited, then the next),
-//! on SQLite (a file in WAL mode, `synchronous=FULL`: acknowledged means
-//! synced). Reports acknowledged events/s and the persist p99; then stops
-//! every actor, reopens the store and recovers them all, reporting
-//! recovered events/s. The floor, measured in the same run on the same
-//! disk: one insert per transaction with the same driver and settings
-//! (what group commit must beat). The answer is checked: every actor
-//! recovers exactly the events it was acknowledged, in order.
+//! `troubadour-bench persist --impl troubadour --store sqlite|postgres
+//! [--quick] [--json] [--dir D]`: 1,000 event-sourced actors each persist
+//! events as fast as they are acknowledged (one `persist` awaited, then the
+//! next), on SQLite (a file in WAL mode, `synchronous=FULL`: acknowledged
+//! means synced) or on a PostgreSQL server the run starts (Debian's, with
+//! `fsync=on`, on the same disk). Reports acknowledged events/s and the
+//! persist p99; then stops every actor, reopens the store and recovers
+//! them all, reporting recovered events/s. The floor, measured in the same
+//! run on the same disk: one insert per transaction with the same driver
+//! and settings (what group commit must beat). The answer is checked:
+//! every actor recovers exactly the events it was acknowledged.
 
 use serde::{Deserialize, Serialize};
 use std::future::Future;
@@ -17,7 +18,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
-use troubadour_persistence::{Event, EventSourced, PersistError, Persistence, Persistent};
+use troubadour_persistence::{
+    Event, EventSourced, PersistError, Persistence, Persistent, PostgresStore,
+};
 
 const ACTORS: usize = 1_000;
 
@@ -87,10 +90,26 @@ impl Handler<Read> for Writer {
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Store {
+    Sqlite,
+    Postgres,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Sqlite => "sqlite",
+            Store::Postgres => "postgres",
+        }
+    }
+}
+
 struct Args {
     quick: bool,
     json: bool,
     dir: Option<PathBuf>,
+    store: Store,
 }
 
 pub fn main(all: Vec<String>) -> ExitCode {
@@ -98,6 +117,7 @@ pub fn main(all: Vec<String>) -> ExitCode {
         quick: false,
         json: false,
         dir: None,
+        store: Store::Sqlite,
     };
     let mut it = all.into_iter().skip(1);
     while let Some(a) = it.next() {
@@ -112,11 +132,13 @@ pub fn main(all: Vec<String>) -> ExitCode {
                 }
             }
             "--store" => {
-                if it.next().as_deref() != Some("sqlite") {
-                    eprintln!(
-                        "persist: only --store sqlite is implemented (PostgreSQL comes next)"
-                    );
-                    return ExitCode::from(2);
+                args.store = match it.next().as_deref() {
+                    Some("sqlite") => Store::Sqlite,
+                    Some("postgres") => Store::Postgres,
+                    _ => {
+                        eprintln!("persist: --store sqlite|postgres");
+                        return ExitCode::from(2);
+                    }
                 }
             }
             other => {
@@ -152,11 +174,33 @@ fn run(args: &Args) -> Result<String, String> {
     let per_actor: u64 = if args.quick { 5 } else { 100 };
     let floor_inserts: u64 = if args.quick { 200 } else { 2_000 };
 
-    let floor = floor_events_per_sec(&scratch.join("floor.db"), floor_inserts)?;
-
-    let path = scratch.join("events.db");
     let system = ActorSystem::new();
-    let persistence = Persistence::sqlite(&path).map_err(|e| e.to_string())?;
+    let server = match args.store {
+        Store::Sqlite => None,
+        Store::Postgres => Some(
+            std::panic::catch_unwind(crate::postgres::Server::start_durable).map_err(|_| {
+                "could not start PostgreSQL (apt-get install postgresql)".to_string()
+            })?,
+        ),
+    };
+    let path = scratch.join("events.db");
+    let open = || -> Result<Persistence, String> {
+        match &server {
+            None => Persistence::sqlite(&path).map_err(|e| e.to_string()),
+            Some(server) => {
+                let store = system
+                    .block_on(PostgresStore::connect(&server.url()))
+                    .map_err(|e| e.to_string())?;
+                Ok(Persistence::new(store.clone(), store))
+            }
+        }
+    };
+    let floor = match &server {
+        None => floor_events_per_sec(&scratch.join("floor.db"), floor_inserts)?,
+        Some(server) => system.block_on(postgres_floor(&server.url(), floor_inserts))?,
+    };
+
+    let persistence = open()?;
     let writers: Vec<ActorRef<Writer>> = (0..ACTORS)
         .map(|i| spawn_writer(&system, &persistence, i))
         .collect::<Result<_, _>>()?;
@@ -194,7 +238,7 @@ fn run(args: &Args) -> Result<String, String> {
     drop(persistence);
 
     // Recovery from a reopened store.
-    let persistence = Persistence::sqlite(&path).map_err(|e| e.to_string())?;
+    let persistence = open()?;
     let start = Instant::now();
     let writers: Vec<ActorRef<Writer>> = (0..ACTORS)
         .map(|i| spawn_writer(&system, &persistence, i))
@@ -213,16 +257,19 @@ fn run(args: &Args) -> Result<String, String> {
         }
     }
     let recovery = start.elapsed();
+    drop(persistence);
     let _ = system.shutdown(Duration::from_secs(10));
+    drop(server);
     let _ = std::fs::remove_dir_all(&scratch);
 
     let events_per_sec = total as f64 / elapsed.as_secs_f64();
     let recovery_per_sec = total as f64 / recovery.as_secs_f64();
     Ok(if args.json {
         format!(
-            "{{\"workload\":\"persist\",\"impl\":\"troubadour\",\"ok\":true,\"store\":\"sqlite\",\
+            "{{\"workload\":\"persist\",\"impl\":\"troubadour\",\"ok\":true,\"store\":\"{}\",\
              \"events\":{total},\"elapsed_ms\":{:.3},\"events_per_sec\":{:.1},\"persist_p99_us\":{p99},\
              \"recovery_events_per_sec\":{:.1},\"floor_events_per_sec\":{:.1}}}",
+            args.store.name(),
             elapsed.as_secs_f64() * 1e3,
             events_per_sec,
             recovery_per_sec,
@@ -230,8 +277,9 @@ fn run(args: &Args) -> Result<String, String> {
         )
     } else {
         format!(
-            "persist sqlite: {total} events in {:.0} ms, {:.0} events/s ({:.1}x the floor of {:.0}), \
+            "persist {}: {total} events in {:.0} ms, {:.0} events/s ({:.1}x the floor of {:.0}), \
              persist p99 {p99} us, recovery {:.0} events/s",
+            args.store.name(),
             elapsed.as_secs_f64() * 1e3,
             events_per_sec,
             events_per_sec / floor,
@@ -274,6 +322,35 @@ fn floor_events_per_sec(path: &Path, inserts: u64) -> Result<f64, String> {
             rusqlite::params!["floor", i as i64, payload],
         )
         .map_err(|e| e.to_string())?;
+    }
+    Ok(inserts as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The PostgreSQL floor: one insert per transaction (autocommit), one
+/// connection, the same driver, on the same server.
+async fn postgres_floor(url: &str, inserts: u64) -> Result<f64, String> {
+    let (client, conn) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .map_err(|e| e.to_string())?;
+    tokio::spawn(conn);
+    client
+        .batch_execute(
+            "CREATE TABLE floor (persistence_id text NOT NULL, sequence bigint NOT NULL,
+             payload bytea NOT NULL, PRIMARY KEY (persistence_id, sequence))",
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+    let insert = client
+        .prepare("INSERT INTO floor (persistence_id, sequence, payload) VALUES ($1, $2, $3)")
+        .await
+        .map_err(|e| e.to_string())?;
+    let payload = postcard_like_payload();
+    let start = Instant::now();
+    for i in 1..=inserts {
+        client
+            .execute(&insert, &[&"floor", &(i as i64), &payload])
+            .await
+            .map_err(|e| e.to_string())?;
     }
     Ok(inserts as f64 / start.elapsed().as_secs_f64())
 }

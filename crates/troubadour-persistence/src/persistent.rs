@@ -296,7 +296,9 @@ impl<S: EventSourced> Persistent<S> {
                 fenced.lowest - 1
             )));
         }
-        loop {
+        // Up to the highest number the fence reported: no round trip to
+        // learn that nothing follows.
+        while next <= fenced.highest {
             let page = self
                 .persistence
                 .journal

@@ -12,6 +12,8 @@ pub struct Server {
     dir: PathBuf,
     bin: PathBuf,
     port: u16,
+    /// Whether commits are synced (`fsync=on`); tests run without.
+    durable: bool,
 }
 
 fn bin_dir() -> PathBuf {
@@ -52,6 +54,15 @@ static SERVERS: AtomicU32 = AtomicU32::new(0);
 
 impl Server {
     pub fn start() -> Server {
+        Self::start_with(false)
+    }
+
+    /// A server whose commits are synced, as in production: for benchmarks.
+    pub fn start_durable() -> Server {
+        Self::start_with(true)
+    }
+
+    fn start_with(durable: bool) -> Server {
         let bin = bin_dir();
         let dir = std::env::temp_dir().join(format!(
             "troubadour-pg-{}-{}",
@@ -88,16 +99,22 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
-        let server = Server { dir, bin, port };
+        let server = Server {
+            dir,
+            bin,
+            port,
+            durable,
+        };
         server.up();
         server
     }
 
     pub fn up(&self) {
         let opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync=off",
+            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={}",
             self.port,
-            self.dir.display()
+            self.dir.display(),
+            if self.durable { "on" } else { "off" }
         );
         let data = self.dir.join("data");
         let log = self.dir.join("log");
