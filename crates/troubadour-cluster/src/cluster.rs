@@ -22,7 +22,7 @@ use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
 use crate::region::{
-    singleton_id, Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION,
+    singleton_id, HostedShard, Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION,
 };
 use crate::shard::ShardCount;
 
@@ -143,6 +143,24 @@ impl ClusterBuilder {
     /// their id on their first message. Register every kind on every node
     /// (a shard of any kind can land anywhere).
     pub fn entity<A: Entity>(self, factory: impl Fn(&str) -> A + Send + Sync + 'static) -> Self {
+        self.kind::<A>(move |id, _| factory(id), false)
+    }
+
+    /// As [`entity`](ClusterBuilder::entity), with the factory told where
+    /// the entity is activated: its shard and the epoch at which this node
+    /// owns it. A persistent entity writes with that epoch, so that once
+    /// its shard has moved, the store refuses what a stale owner (a paused
+    /// or cut-off node that has not noticed yet) still tries to write:
+    ///
+    /// ```ignore
+    /// builder.entity_in_shard::<Account>(move |id, at| Account {
+    ///     balance: Persistent::new(&persistence, id, Balance::default()).epoch(at.epoch),
+    /// })
+    /// ```
+    pub fn entity_in_shard<A: Entity>(
+        self,
+        factory: impl Fn(&str, HostedShard) -> A + Send + Sync + 'static,
+    ) -> Self {
         self.kind::<A>(factory, false)
     }
 
@@ -155,25 +173,27 @@ impl ClusterBuilder {
     /// Register it on every node (any node may have to run it); reach it
     /// with [`Cluster::singleton`].
     pub fn singleton<A: Entity>(self, factory: impl Fn() -> A + Send + Sync + 'static) -> Self {
-        self.kind::<A>(move |_| factory(), true)
+        self.kind::<A>(move |_, _| factory(), true)
     }
 
     fn kind<A: Entity>(
         mut self,
-        factory: impl Fn(&str) -> A + Send + Sync + 'static,
+        factory: impl Fn(&str, HostedShard) -> A + Send + Sync + 'static,
         singleton: bool,
     ) -> Self {
         let messages = EntityMessages::<A>::collect();
         self.errors.extend(messages.errors);
         let factory = Arc::new(factory);
-        let make = Arc::new(move |ctx: &mut Context<Region>, id: &str| {
-            // Transient: a panic restarts the entity from its factory (its
-            // region supervises it), a stop sticks.
-            let (factory, id) = (factory.clone(), id.to_string());
-            ctx.spawn_with(move || factory(&id))
-                .map(|r| Box::new(r) as AnyEntity)
-                .map_err(|e| e.to_string())
-        });
+        let make = Arc::new(
+            move |ctx: &mut Context<Region>, id: &str, at: HostedShard| {
+                // Transient: a panic restarts the entity from its factory (its
+                // region supervises it), a stop sticks.
+                let (factory, id) = (factory.clone(), id.to_string());
+                ctx.spawn_with(move || factory(&id, at))
+                    .map(|r| Box::new(r) as AnyEntity)
+                    .map_err(|e| e.to_string())
+            },
+        );
         if self
             .kinds
             .insert(

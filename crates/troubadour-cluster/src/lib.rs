@@ -53,4 +53,5 @@ pub use membership::{MemberEvent, Membership, MembershipConfig, MembershipError}
 pub use memory_store::{MemoryLeaseStore, StoreChange, StoreClock, StoreRecord};
 #[cfg(feature = "postgres")]
 pub use postgres_store::PostgresLeaseStore;
+pub use region::HostedShard;
 pub use shard::{ShardCount, ShardId};

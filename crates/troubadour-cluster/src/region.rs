@@ -44,7 +44,7 @@ pub(crate) const REGION: &str = "troubadour.cluster.region";
 
 /// Makes an entity of one kind, as a child of the region.
 pub(crate) type MakeEntity =
-    Arc<dyn Fn(&mut Context<Region>, &str) -> Result<AnyEntity, String> + Send + Sync>;
+    Arc<dyn Fn(&mut Context<Region>, &str, HostedShard) -> Result<AnyEntity, String> + Send + Sync>;
 
 /// One kind the node can host.
 pub(crate) struct Kind {
@@ -90,6 +90,19 @@ impl Pending {
             let _ = reply.send(Answer(Err(why)));
         }
     }
+}
+
+/// Where an entity is activated: its shard and the epoch at which this
+/// node owns it. The epoch rises every time the shard changes owner, so a
+/// store that refuses writes from an epoch lower than the highest it has
+/// seen refuses a stale owner's: give it to `Persistent::epoch` (crate
+/// troubadour-persistence) through [`ClusterBuilder::entity_in_shard`](crate::ClusterBuilder::entity_in_shard).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostedShard {
+    /// The entity's shard.
+    pub shard: ShardId,
+    /// The epoch at which this node owns it.
+    pub epoch: u64,
 }
 
 /// A shard hosted here.
@@ -605,7 +618,11 @@ impl Region {
                 }
                 None => {}
             }
-            match make(ctx, id) {
+            let at = HostedShard {
+                shard,
+                epoch: hosted.epoch,
+            };
+            match make(ctx, id, at) {
                 Ok(entity) => {
                     tracing::info!(target: "troubadour::cluster", kind, shard = shard.get(), "singleton started");
                     let now = ctx.now();
@@ -1063,8 +1080,12 @@ impl Region {
             }
             Some(Slot::Active { last_used, .. }) => *last_used = now,
             None => {
+                let at = HostedShard {
+                    shard,
+                    epoch: hosted.epoch,
+                };
                 self.make_room(ctx);
-                match make(ctx, &p.routed.id) {
+                match make(ctx, &p.routed.id, at) {
                     Ok(entity) => {
                         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
                         hosted.entities.insert(
