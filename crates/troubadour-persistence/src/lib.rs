@@ -11,9 +11,15 @@
 //! The stores sit behind two traits, [`Journal`] and [`SnapshotStore`],
 //! whose rules (linear, gap-free, fenced by epoch, durable when answered)
 //! are in the [`store`] module: [`SqliteStore`] is the embedded default,
-//! with group commit; [`MemoryStore`] is for tests.
+//! with group commit; `PostgresStore` (feature `postgres`) for production;
+//! [`MemoryStore`] is for tests.
 //!
-//! Layers, imports running downwards: `persistent` (the actor's side) →
+//! For state that need not be a history, [`Durable`] keeps an actor's
+//! state in memory and [`WriteBehind`] writes the latest of every changed
+//! one in batches (a [`StateStore`]), every period and when asked.
+//!
+//! Layers, imports running downwards: `persistent`, `write_behind` (the
+//! actor's side) →
 //! `store` (the traits) → `sqlite`, `memory` (implementations) → `event`,
 //! `error` (rows and errors).
 
@@ -25,6 +31,7 @@ mod persistent;
 mod postgres;
 mod sqlite;
 pub mod store;
+mod write_behind;
 
 pub use error::{DecodeError, JournalError, PersistError, RecoveryError};
 pub use event::{Event, StoredEvent, POSTCARD};
@@ -34,3 +41,4 @@ pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
 pub use postgres::PostgresStore;
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
+pub use write_behind::{Durable, StateStore, WriteBehind};

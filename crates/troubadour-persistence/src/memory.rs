@@ -4,9 +4,11 @@
 //! to test what an actor does when its store goes away.
 
 use crate::error::JournalError;
+use crate::event::StoredEvent;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
+use crate::write_behind::StateStore;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +29,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     ids: Mutex<HashMap<String, History>>,
+    states: Mutex<HashMap<String, StoredEvent>>,
     unavailable: AtomicBool,
 }
 
@@ -198,5 +201,21 @@ impl SnapshotStore for MemoryStore {
             }
             Ok(())
         })
+    }
+}
+
+impl StateStore for MemoryStore {
+    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+        let inner = self.inner.clone();
+        self.with(move |_| {
+            inner.states.lock().unwrap().extend(states);
+            Ok(())
+        })
+    }
+
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
+        let inner = self.inner.clone();
+        let key = key.to_string();
+        self.with(move |_| Ok(inner.states.lock().unwrap().get(&key).cloned()))
     }
 }

@@ -44,6 +44,13 @@ CREATE TABLE IF NOT EXISTS troubadour_writers (
     highest bigint NOT NULL,
     epoch bigint NOT NULL
 );
+CREATE TABLE IF NOT EXISTS troubadour_states (
+    key text PRIMARY KEY,
+    type_name text NOT NULL,
+    version integer NOT NULL,
+    codec text NOT NULL,
+    payload bytea NOT NULL
+);
 CREATE TABLE IF NOT EXISTS troubadour_snapshots (
     persistence_id text NOT NULL,
     sequence bigint NOT NULL,
@@ -161,8 +168,9 @@ impl PostgresStore {
         })
     }
 
-    /// Runs a read with a pooled connection on the store's runtime (so
-    /// whoever polls the returned future needs no runtime of its own).
+    /// Runs work with a pooled connection on the store's runtime (so
+    /// whoever polls the returned future needs no runtime of its own):
+    /// reads, and the write-behind batches.
     fn read<T, F, W>(&self, work: W) -> StoreFuture<'static, T>
     where
         T: Send + 'static,
@@ -564,5 +572,53 @@ fn pg_error(e: tokio_postgres::Error) -> JournalError {
             JournalError::StorageFull(format!("PostgreSQL: {e}"))
         }
         _ => JournalError::Unavailable(format!("PostgreSQL: {e}")),
+    }
+}
+
+impl crate::write_behind::StateStore for PostgresStore {
+    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+        // A batch of its own (the flusher already batches), in one
+        // statement; keys sorted so that two nodes' batches lock rows in
+        // the same order.
+        self.read(move |mut client| async move {
+            let mut states = states;
+            states.sort_by(|a, b| a.0.cmp(&b.0));
+            states.dedup_by(|a, b| a.0 == b.0);
+            let keys: Vec<&str> = states.iter().map(|(k, _)| k.as_str()).collect();
+            let types: Vec<&str> = states.iter().map(|(_, s)| s.type_name.as_str()).collect();
+            let versions: Vec<i32> = states.iter().map(|(_, s)| s.version as i32).collect();
+            let codecs: Vec<&str> = states.iter().map(|(_, s)| s.codec.as_str()).collect();
+            let payloads: Vec<&[u8]> = states.iter().map(|(_, s)| s.payload.as_slice()).collect();
+            let tx = client.transaction().await.map_err(pg_error)?;
+            tx.execute(
+                "INSERT INTO troubadour_states (key, type_name, version, codec, payload)
+                 SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::bytea[])
+                 ON CONFLICT (key) DO UPDATE SET type_name = excluded.type_name,
+                   version = excluded.version, codec = excluded.codec, payload = excluded.payload",
+                &[&keys, &types, &versions, &codecs, &payloads],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.commit().await.map_err(pg_error)
+        })
+    }
+
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
+        let key = key.to_string();
+        self.read(move |client| async move {
+            let row = client
+                .query_opt(
+                    "SELECT type_name, version, codec, payload FROM troubadour_states WHERE key = $1",
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error)?;
+            Ok(row.map(|row| StoredEvent {
+                type_name: row.get(0),
+                version: row.get::<_, i32>(1) as u32,
+                codec: row.get(2),
+                payload: row.get(3),
+            }))
+        })
     }
 }

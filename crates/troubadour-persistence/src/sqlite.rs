@@ -87,6 +87,13 @@ CREATE TABLE IF NOT EXISTS troubadour_writers (
     highest INTEGER NOT NULL,
     epoch INTEGER NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS troubadour_states (
+    key TEXT PRIMARY KEY,
+    type_name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    codec TEXT NOT NULL,
+    payload BLOB NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS troubadour_snapshots (
     persistence_id TEXT NOT NULL,
     sequence INTEGER NOT NULL,
@@ -128,11 +135,13 @@ enum Write {
     DeleteTo(String, u64, Reply<()>),
     SaveSnapshot(String, SnapshotRecord, Reply<()>),
     DeleteSnapshots(String, u64, Reply<()>),
+    States(Vec<(String, StoredEvent)>, Reply<()>),
 }
 
 enum Read {
     Replay(String, u64, usize, Reply<Vec<EventRecord>>),
     Latest(String, Reply<Option<SnapshotRecord>>),
+    State(String, Reply<Option<StoredEvent>>),
 }
 
 impl SqliteStore {
@@ -446,7 +455,8 @@ fn refuse(write: Write, e: JournalError) {
         Write::Append(_, tx)
         | Write::DeleteTo(_, _, tx)
         | Write::SaveSnapshot(_, _, tx)
-        | Write::DeleteSnapshots(_, _, tx) => {
+        | Write::DeleteSnapshots(_, _, tx)
+        | Write::States(_, tx) => {
             let _ = tx.send(Err(e));
         }
     }
@@ -477,6 +487,7 @@ fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
             .map(|_| ())
             .map_err(store_error),
         ),
+        Write::States(states, tx) => Pending::Unit(tx, write_states(conn, &states)),
         Write::DeleteSnapshots(id, below, tx) => Pending::Unit(
             tx,
             conn.execute(
@@ -627,6 +638,9 @@ fn read_loop(conn: Connection, queue: Receiver<Read>) {
             Read::Latest(id, tx) => {
                 let _ = tx.send(latest(&conn, &id));
             }
+            Read::State(key, tx) => {
+                let _ = tx.send(read_state(&conn, &key));
+            }
         }
     }
 }
@@ -682,6 +696,37 @@ fn latest(conn: &Connection, id: &str) -> Result<Option<SnapshotRecord>, Journal
     .map_err(|e| corrupt_row(id, e))
 }
 
+fn write_states(conn: &Connection, states: &[(String, StoredEvent)]) -> Result<(), JournalError> {
+    let mut st = conn
+        .prepare_cached(
+            "INSERT OR REPLACE INTO troubadour_states (key, type_name, version, codec, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )
+        .map_err(store_error)?;
+    for (key, s) in states {
+        st.execute(params![key, s.type_name, s.version, s.codec, s.payload])
+            .map_err(store_error)?;
+    }
+    Ok(())
+}
+
+fn read_state(conn: &Connection, key: &str) -> Result<Option<StoredEvent>, JournalError> {
+    conn.prepare_cached(
+        "SELECT type_name, version, codec, payload FROM troubadour_states WHERE key = ?1",
+    )
+    .map_err(store_error)?
+    .query_row(params![key], |row| {
+        Ok(StoredEvent {
+            type_name: row.get(0)?,
+            version: row.get(1)?,
+            codec: row.get(2)?,
+            payload: row.get(3)?,
+        })
+    })
+    .optional()
+    .map_err(|e| corrupt_row(key, e))
+}
+
 /// A row whose columns do not read as their types: a broken store, not
 /// an unreachable one.
 fn corrupt_row(id: &str, e: rusqlite::Error) -> JournalError {
@@ -705,4 +750,15 @@ fn store_error(e: rusqlite::Error) -> JournalError {
 
 fn opening(path: &Path, e: rusqlite::Error) -> JournalError {
     JournalError::Unavailable(format!("cannot open {}: {e}", path.display()))
+}
+
+impl crate::write_behind::StateStore for SqliteStore {
+    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+        self.write(move |r| Write::States(states, r))
+    }
+
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
+        let key = key.to_string();
+        self.read(move |r| Read::State(key, r))
+    }
 }

@@ -1,0 +1,305 @@
+//! Write-behind: an actor keeps its state in memory and the database sees
+//! batches, not every change (the seed article's "write-behind cache").
+//!
+//! A [`Durable<S>`] holds an actor's state. [`update`](Durable::update)
+//! changes it and hands the new value, encoded, to the node's
+//! [`WriteBehind`], which keeps only the latest value per key and writes
+//! everything pending in one transaction every period (and when asked:
+//! [`WriteBehind::flush`], [`Durable::flushed`]).
+//!
+//! # What a crash loses
+//!
+//! A change is written by the first flush that *starts* after it was made.
+//! Flushes start every period `T` (and at once when one is asked for), so
+//! a crash loses at most the changes of the last `T` plus the time the
+//! flush in progress takes; nothing older. A flush that fails keeps its
+//! values pending (newer ones replace them) and is tried again at the next
+//! tick, so a store that goes away loses nothing until the process does.
+//! Per flush generation (see [`WriteBehind::generation`]) this is exact,
+//! and `tests/write_behind.rs` checks it against `kill -9`.
+//!
+//! Before a state moves to another node (a cluster's handoff), await
+//! [`Durable::flushed`], so that the next activation reads it.
+
+use crate::error::{JournalError, RecoveryError};
+use crate::event::StoredEvent;
+use crate::store::StoreFuture;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+use tokio::sync::{watch, Notify};
+use troubadour::ExitReason;
+
+/// A key-value store of actors' states, written in batches.
+pub trait StateStore: Send + Sync + 'static {
+    /// Writes every `(key, state)` in one transaction, replacing what the
+    /// keys held.
+    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()>;
+
+    /// The state stored under `key`.
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>>;
+}
+
+/// The type name states are stored under.
+const STATE: &str = "state";
+
+/// The node's write-behind flusher: collects the latest state of every
+/// changed [`Durable`] and writes them in one transaction per period.
+/// Cheap to clone; the flusher's task ends when the last clone is dropped
+/// (after [`close`](WriteBehind::close), to write what is pending).
+#[derive(Clone)]
+pub struct WriteBehind {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    store: Arc<dyn StateStore>,
+    pending: Mutex<Pending>,
+    /// One flush at a time: generations complete in order, and an older
+    /// value never lands after a newer one.
+    flushing: tokio::sync::Mutex<()>,
+    /// Flush generations completed (watchers wait on it).
+    completed: watch::Sender<u64>,
+    /// Wakes the flusher before its period ends (shared with its task,
+    /// which holds the rest only weakly).
+    now: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct Pending {
+    states: HashMap<String, StoredEvent>,
+    /// Flushes started; a change made now goes out with flush
+    /// `started + 1`.
+    started: u64,
+}
+
+impl WriteBehind {
+    /// Starts a flusher on `runtime` (an actor system's
+    /// [`tokio_handle`](troubadour::SystemHandle::tokio_handle)) that
+    /// writes to `store` every `every`.
+    pub fn start(
+        store: impl StateStore,
+        every: Duration,
+        runtime: &tokio::runtime::Handle,
+    ) -> Self {
+        let (completed, _) = watch::channel(0);
+        let shared = Arc::new(Shared {
+            store: Arc::new(store),
+            pending: Mutex::new(Pending::default()),
+            flushing: tokio::sync::Mutex::new(()),
+            completed,
+            now: Arc::new(Notify::new()),
+        });
+        runtime.spawn(flush_loop(
+            Arc::downgrade(&shared),
+            shared.now.clone(),
+            every,
+        ));
+        WriteBehind { shared }
+    }
+
+    /// The generation of the next flush to start: a change made now is
+    /// written by it (or a later one, if it fails).
+    pub fn generation(&self) -> u64 {
+        self.shared.pending.lock().unwrap().started + 1
+    }
+
+    /// Flush generations completed so far.
+    pub fn completed(&self) -> watch::Receiver<u64> {
+        self.shared.completed.subscribe()
+    }
+
+    /// Writes everything pending now and waits until it is durable.
+    pub async fn flush(&self) -> Result<(), JournalError> {
+        flush_once(&self.shared).await
+    }
+
+    /// Writes what is pending; the flusher stops once the last clone is
+    /// dropped. Call before the process exits on purpose.
+    pub async fn close(self) -> Result<(), JournalError> {
+        self.flush().await
+    }
+
+    fn queue(&self, key: &str, state: StoredEvent) -> u64 {
+        let mut pending = self.shared.pending.lock().unwrap();
+        pending.states.insert(key.to_string(), state);
+        pending.started + 1
+    }
+
+    fn pending_state(&self, key: &str) -> Option<StoredEvent> {
+        self.shared.pending.lock().unwrap().states.get(key).cloned()
+    }
+}
+
+async fn flush_loop(shared: Weak<Shared>, now: Arc<Notify>, every: Duration) {
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = now.notified() => {}
+        }
+        let Some(s) = shared.upgrade() else { return };
+        if let Err(e) = flush_once(&s).await {
+            tracing::warn!(error = %e, "write-behind flush failed; its states stay pending");
+        }
+    }
+}
+
+/// One flush: takes what is pending, writes it, and on failure puts back
+/// what no newer change replaced meanwhile.
+async fn flush_once(shared: &Shared) -> Result<(), JournalError> {
+    let _one = shared.flushing.lock().await;
+    let (batch, generation) = {
+        let mut pending = shared.pending.lock().unwrap();
+        pending.started += 1;
+        (std::mem::take(&mut pending.states), pending.started)
+    };
+    let result = if batch.is_empty() {
+        Ok(())
+    } else {
+        let states: Vec<(String, StoredEvent)> =
+            batch.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        shared.store.write_states(states).await
+    };
+    match &result {
+        Ok(()) => {
+            shared.completed.send_replace(generation);
+        }
+        Err(_) => {
+            let mut pending = shared.pending.lock().unwrap();
+            for (k, v) in batch {
+                pending.states.entry(k).or_insert(v);
+            }
+        }
+    }
+    result
+}
+
+/// An actor's state kept by write-behind: read through `Deref`, changed
+/// with [`update`](Durable::update), loaded with [`load`](Durable::load)
+/// from [`Actor::activate`](troubadour::Actor::activate).
+///
+/// ```
+/// use serde::{Deserialize, Serialize};
+/// use std::future::Future;
+/// use std::time::Duration;
+/// use troubadour::prelude::*;
+/// use troubadour_persistence::{Durable, MemoryStore, WriteBehind};
+///
+/// #[derive(Serialize, Deserialize, Default)]
+/// struct Position { lat: f64, lon: f64 }
+///
+/// struct Vehicle { position: Durable<Position> }
+/// impl Actor for Vehicle {
+///     fn activate(
+///         &mut self,
+///         _: &mut Context<Self>,
+///     ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_>> {
+///         Some(self.position.loading())
+///     }
+/// }
+///
+/// struct Moved(f64, f64);
+/// impl Message for Moved { type Reply = (); }
+/// impl Handler<Moved> for Vehicle {
+///     fn handle(&mut self, Moved(lat, lon): Moved, _: &mut Context<Self>) {
+///         self.position.update(|p| { p.lat = lat; p.lon = lon; });
+///     }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let behind = WriteBehind::start(MemoryStore::new(), Duration::from_secs(5), system.tokio_handle());
+/// let bus = system
+///     .spawn(Vehicle { position: Durable::new(&behind, "vehicle/1", Position::default()) })
+///     .unwrap();
+/// bus.tell(Moved(60.17, 24.94)).unwrap();
+/// # system.shutdown(Duration::from_secs(5)).unwrap();
+/// ```
+pub struct Durable<S> {
+    key: String,
+    state: S,
+    behind: WriteBehind,
+    /// The flush generation that writes the last change.
+    queued_for: u64,
+}
+
+impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
+    /// The state stored under `key`, `initial` until loaded (and when
+    /// nothing is stored).
+    pub fn new(behind: &WriteBehind, key: impl Into<String>, initial: S) -> Self {
+        Durable {
+            key: key.into(),
+            state: initial,
+            behind: behind.clone(),
+            queued_for: 0,
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Loads the latest state: one still waiting to be flushed on this
+    /// node, else the stored one, else keeps the initial state.
+    pub async fn load(&mut self) -> Result<(), RecoveryError> {
+        let stored = match self.behind.pending_state(&self.key) {
+            Some(s) => Some(s),
+            None => self.behind.shared.store.read_state(&self.key).await?,
+        };
+        if let Some(stored) = stored {
+            self.state = stored.decode_as().map_err(|error| RecoveryError::Decode {
+                persistence_id: self.key.clone(),
+                sequence: 0,
+                error,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// [`load`](Durable::load) as [`Actor::activate`](troubadour::Actor::activate)
+    /// wants it.
+    pub async fn loading(&mut self) -> Result<(), ExitReason> {
+        self.load()
+            .await
+            .map_err(|e| ExitReason::Failed(e.to_string().into()))
+    }
+
+    /// Changes the state and queues it for the next flush. The state is
+    /// encoded now (a state that fails to encode is kept in memory, not
+    /// queued, and logged).
+    pub fn update<R>(&mut self, change: impl FnOnce(&mut S) -> R) -> R {
+        let out = change(&mut self.state);
+        match StoredEvent::encode_with(STATE, 1, &self.state) {
+            Ok(stored) => self.queued_for = self.behind.queue(&self.key, stored),
+            Err(e) => {
+                tracing::warn!(key = %self.key, error = %e, "a write-behind state did not encode; not queued")
+            }
+        }
+        out
+    }
+
+    /// Waits until the last change is durable, asking for a flush now
+    /// rather than at the end of the period. Await it before the state
+    /// moves to another node.
+    pub async fn flushed(&self) -> Result<(), JournalError> {
+        let mut completed = self.behind.completed();
+        if *completed.borrow() >= self.queued_for {
+            return Ok(());
+        }
+        self.behind.shared.now.notify_one();
+        completed
+            .wait_for(|c| *c >= self.queued_for)
+            .await
+            .map(|_| ())
+            .map_err(|_| JournalError::Unavailable("the write-behind flusher stopped".into()))
+    }
+}
+
+impl<S> std::ops::Deref for Durable<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}

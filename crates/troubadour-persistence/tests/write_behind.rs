@@ -1,0 +1,329 @@
+//! Write-behind: states kept in memory, written in batches; what a crash
+//! may lose is bounded by the flush generations, checked against kill -9.
+
+mod common;
+
+use common::{PgDatabase, LIVENESS};
+use serde::{Deserialize, Serialize};
+use std::future::Future;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use troubadour::prelude::*;
+use troubadour_persistence::store::StoreFuture;
+use troubadour_persistence::*;
+
+/// Long enough that only the flushes a test asks for happen.
+const NEVER: Duration = Duration::from_secs(3600);
+
+#[derive(Serialize, Deserialize, Default, Clone, Debug, PartialEq)]
+struct Reading {
+    value: u64,
+    changes: u64,
+}
+
+struct Sensor {
+    reading: Durable<Reading>,
+}
+
+impl Actor for Sensor {
+    fn activate(
+        &mut self,
+        _: &mut Context<Self>,
+    ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_>> {
+        Some(self.reading.loading())
+    }
+}
+
+struct Set(u64);
+impl Message for Set {
+    type Reply = u64;
+}
+impl Handler<Set> for Sensor {
+    fn handle(&mut self, Set(v): Set, _: &mut Context<Self>) -> u64 {
+        self.reading.update(|r| {
+            r.value = v;
+            r.changes += 1;
+            r.changes
+        })
+    }
+}
+
+struct Read;
+impl Message for Read {
+    type Reply = Reading;
+}
+impl Handler<Read> for Sensor {
+    fn handle(&mut self, _: Read, _: &mut Context<Self>) -> Reading {
+        (*self.reading).clone()
+    }
+}
+
+/// Waits until the sensor's last change is durable.
+struct Flushed;
+impl Message for Flushed {
+    type Reply = Result<(), JournalError>;
+}
+impl AsyncHandler<Flushed> for Sensor {
+    async fn handle(&mut self, _: Flushed, _: &mut Context<Self>) -> Result<(), JournalError> {
+        self.reading.flushed().await
+    }
+}
+
+fn sensor(system: &ActorSystem, behind: &WriteBehind, key: &str) -> ActorRef<Sensor> {
+    system
+        .spawn(Sensor {
+            reading: Durable::new(behind, key, Reading::default()),
+        })
+        .unwrap()
+}
+
+/// A state store that counts the batches it is given.
+#[derive(Clone)]
+struct Counted {
+    inner: Arc<dyn StateStore>,
+    batches: Arc<Mutex<Vec<usize>>>,
+}
+impl StateStore for Counted {
+    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+        self.batches.lock().unwrap().push(states.len());
+        self.inner.write_states(states)
+    }
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
+        self.inner.read_state(key)
+    }
+}
+
+/// Runs `test` with a state store of each kind; `reopen` gives a store over
+/// the same data through new connections.
+fn each_store(test: impl Fn(&dyn Fn() -> Arc<dyn StateStore>)) {
+    let memory = MemoryStore::new();
+    test(&|| Arc::new(memory.clone()));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("states.db");
+    test(&|| Arc::new(SqliteStore::open(&path).unwrap()));
+    let db = PgDatabase::new();
+    test(&|| {
+        Arc::new(
+            db.runtime
+                .block_on(PostgresStore::connect(&db.url))
+                .unwrap(),
+        )
+    });
+}
+
+#[test]
+fn many_changes_reach_the_store_as_one_batch_and_a_new_activation_reads_them() {
+    each_store(|reopen| {
+        let system = ActorSystem::new();
+        let batches = Arc::new(Mutex::new(vec![]));
+        let store = Counted {
+            inner: reopen(),
+            batches: batches.clone(),
+        };
+        let behind = WriteBehind::start(store, NEVER, system.tokio_handle());
+        let sensors: Vec<_> = (0..50)
+            .map(|i| sensor(&system, &behind, &format!("sensor/{i}")))
+            .collect();
+        for round in 1..=20 {
+            for s in &sensors {
+                s.tell(Set(round)).unwrap();
+            }
+        }
+        for s in &sensors {
+            assert_eq!(s.ask(Read).timeout(LIVENESS).wait().unwrap().changes, 20);
+        }
+        system.block_on(behind.flush()).unwrap();
+        // 1,000 changes, one write of 50 states.
+        assert_eq!(*batches.lock().unwrap(), vec![50]);
+
+        // Another node (a fresh store and flusher) reads what was written.
+        let elsewhere = WriteBehind::start(
+            Counted {
+                inner: reopen(),
+                batches: Arc::default(),
+            },
+            NEVER,
+            system.tokio_handle(),
+        );
+        for i in 0..50 {
+            let s = sensor(&system, &elsewhere, &format!("sensor/{i}"));
+            assert_eq!(
+                s.ask(Read).timeout(LIVENESS).wait().unwrap(),
+                Reading {
+                    value: 20,
+                    changes: 20
+                }
+            );
+        }
+    });
+}
+
+#[test]
+fn an_activation_on_the_same_node_reads_a_state_not_yet_flushed() {
+    let system = ActorSystem::new();
+    let store = MemoryStore::new();
+    let behind = WriteBehind::start(store.clone(), NEVER, system.tokio_handle());
+    let s = sensor(&system, &behind, "k");
+    s.ask(Set(7)).timeout(LIVENESS).wait().unwrap();
+    s.stop();
+    system.block_on(s.wait_stopped());
+    assert_eq!(system.block_on(store.read_state("k")).unwrap(), None);
+    let again = sensor(&system, &behind, "k");
+    assert_eq!(again.ask(Read).timeout(LIVENESS).wait().unwrap().value, 7);
+}
+
+#[test]
+fn a_failed_flush_keeps_its_states_for_the_next_one() {
+    let system = ActorSystem::new();
+    let store = MemoryStore::new();
+    let behind = WriteBehind::start(store.clone(), NEVER, system.tokio_handle());
+    let a = sensor(&system, &behind, "a");
+    let b = sensor(&system, &behind, "b");
+    a.ask(Set(1)).timeout(LIVENESS).wait().unwrap();
+    b.ask(Set(1)).timeout(LIVENESS).wait().unwrap();
+    store.set_available(false);
+    assert!(system.block_on(behind.flush()).is_err());
+    // A newer change of `a` while the store is away replaces the kept one.
+    a.ask(Set(2)).timeout(LIVENESS).wait().unwrap();
+    store.set_available(true);
+    system.block_on(behind.flush()).unwrap();
+    let read = |k: &str| -> Reading {
+        system
+            .block_on(store.read_state(k))
+            .unwrap()
+            .unwrap()
+            .decode_as()
+            .unwrap()
+    };
+    assert_eq!(read("a").value, 2);
+    assert_eq!(read("b").value, 1);
+}
+
+#[test]
+fn flushed_returns_once_the_last_change_is_durable() {
+    let system = ActorSystem::new();
+    let store = MemoryStore::new();
+    let behind = WriteBehind::start(store.clone(), NEVER, system.tokio_handle());
+    let s = sensor(&system, &behind, "f");
+    s.ask(Set(5)).timeout(LIVENESS).wait().unwrap();
+    // The period is an hour: only the flush `flushed` asks for writes it.
+    assert_eq!(s.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+    let stored: Reading = system
+        .block_on(store.read_state("f"))
+        .unwrap()
+        .unwrap()
+        .decode_as()
+        .unwrap();
+    assert_eq!(stored.value, 5);
+}
+
+// ---- kill -9: the crash bound -------------------------------------------------
+
+const CHILD_ENV: &str = "TROUBADOUR_WRITE_BEHIND_CHILD";
+const SENSORS: u64 = 10;
+
+/// In the child: sensors' values rise as fast as they are acknowledged,
+/// flushed every 20 ms. Prints `set <sensor> <value> <generation>` after
+/// each change (the flush generation that will write it) and `flushed <g>`
+/// when flush `g` is durable. Runs until killed.
+#[test]
+fn child_sensors() {
+    let Ok(db) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let system = ActorSystem::new();
+    let store = SqliteStore::open(&db).unwrap();
+    let behind = WriteBehind::start(store, Duration::from_millis(20), system.tokio_handle());
+    let mut completed = behind.completed();
+    system.tokio_handle().spawn(async move {
+        while completed.changed().await.is_ok() {
+            let g = *completed.borrow_and_update();
+            println!("flushed {g}");
+        }
+    });
+    let threads: Vec<_> = (0..SENSORS)
+        .map(|i| {
+            let s = sensor(&system, &behind, &format!("s{i}"));
+            let behind = behind.clone();
+            std::thread::spawn(move || {
+                let mut v = s.ask(Read).timeout(LIVENESS).wait().unwrap().value;
+                loop {
+                    v += 1;
+                    s.ask(Set(v)).timeout(LIVENESS).wait().unwrap();
+                    // Read after the change: the change goes out with this
+                    // generation or an earlier one.
+                    println!("set {i} {v} {}", behind.generation());
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+}
+
+#[test]
+fn a_crash_loses_only_changes_no_completed_flush_had_started_after() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("crash.db");
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_sensors",
+            "--nocapture",
+            "--test-threads",
+            "1",
+        ])
+        .env(CHILD_ENV, &db)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    // Per sensor: (value, generation) of every acknowledged change.
+    let mut sets: Vec<Vec<(u64, u64)>> = vec![vec![]; SENSORS as usize];
+    let mut flushed = 0;
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let line = line.unwrap();
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["set", i, v, g] => {
+                sets[i.parse::<usize>().unwrap()].push((v.parse().unwrap(), g.parse().unwrap()))
+            }
+            ["flushed", g] => {
+                flushed = g.parse().unwrap();
+                if flushed >= 30 {
+                    child.kill().unwrap();
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let _ = child.wait();
+    assert!(flushed >= 30, "the child stopped early");
+    let system = ActorSystem::new();
+    let store = SqliteStore::open(&db).unwrap();
+    for (i, sets) in sets.iter().enumerate() {
+        let stored: u64 = system
+            .block_on(store.read_state(&format!("s{i}")))
+            .unwrap()
+            .map(|s| s.decode_as::<Reading>().unwrap().value)
+            .unwrap_or(0);
+        // Every change written by a completed flush is there.
+        let must: u64 = sets
+            .iter()
+            .filter(|(_, g)| *g <= flushed)
+            .map(|(v, _)| *v)
+            .max()
+            .unwrap_or(0);
+        assert!(
+            stored >= must,
+            "sensor {i}: stored {stored}, but flush {flushed} had written {must}"
+        );
+    }
+}
