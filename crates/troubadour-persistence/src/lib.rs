@@ -29,6 +29,7 @@ mod memory;
 mod persistent;
 #[cfg(feature = "postgres")]
 mod postgres;
+mod reliable;
 mod sqlite;
 pub mod store;
 mod write_behind;
@@ -39,6 +40,9 @@ pub use memory::MemoryStore;
 pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
+pub use reliable::{
+    Ack, Deduplicated, Delivered, Delivery, Produce, ReliableProducer, Unconfirmed,
+};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
 pub use write_behind::{Durable, StateStore, WriteBehind};
