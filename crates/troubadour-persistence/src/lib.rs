@@ -30,6 +30,7 @@ mod persistent;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod reliable;
+mod reminders;
 mod sqlite;
 pub mod store;
 mod write_behind;
@@ -43,6 +44,7 @@ pub use postgres::PostgresStore;
 pub use reliable::{
     Ack, Deduplicated, Delivered, Delivery, Produce, ReliableProducer, Unconfirmed,
 };
+pub use reminders::{Reminder, ReminderRecord, ReminderStore, Reminders};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
 pub use write_behind::{Durable, StateStore, WriteBehind};

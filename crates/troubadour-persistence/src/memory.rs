@@ -5,6 +5,7 @@
 
 use crate::error::JournalError;
 use crate::event::StoredEvent;
+use crate::reminders::{ReminderRecord, ReminderStore};
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
@@ -30,6 +31,7 @@ pub struct MemoryStore {
 struct Inner {
     ids: Mutex<HashMap<String, History>>,
     states: Mutex<HashMap<String, StoredEvent>>,
+    reminders: Mutex<BTreeMap<(String, String, String), ReminderRecord>>,
     unavailable: AtomicBool,
 }
 
@@ -217,5 +219,81 @@ impl StateStore for MemoryStore {
         let inner = self.inner.clone();
         let key = key.to_string();
         self.with(move |_| Ok(inner.states.lock().unwrap().get(&key).cloned()))
+    }
+}
+
+impl ReminderStore for MemoryStore {
+    fn put_reminder(&self, r: ReminderRecord) -> StoreFuture<'_, ()> {
+        let inner = self.inner.clone();
+        self.with(move |_| {
+            let key = (r.kind.clone(), r.id.clone(), r.name.clone());
+            inner.reminders.lock().unwrap().insert(key, r);
+            Ok(())
+        })
+    }
+
+    fn cancel_reminder(&self, kind: &str, id: &str, name: &str) -> StoreFuture<'_, bool> {
+        let inner = self.inner.clone();
+        let key = (kind.to_string(), id.to_string(), name.to_string());
+        self.with(move |_| Ok(inner.reminders.lock().unwrap().remove(&key).is_some()))
+    }
+
+    fn reminders_of(&self, kind: &str, id: &str) -> StoreFuture<'_, Vec<ReminderRecord>> {
+        let inner = self.inner.clone();
+        let (kind, id) = (kind.to_string(), id.to_string());
+        self.with(move |_| {
+            Ok(inner
+                .reminders
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|r| r.kind == kind && r.id == id)
+                .cloned()
+                .collect())
+        })
+    }
+
+    fn due_reminders(&self, now_ms: i64, max: usize) -> StoreFuture<'_, Vec<ReminderRecord>> {
+        let inner = self.inner.clone();
+        self.with(move |_| {
+            let mut due: Vec<ReminderRecord> = inner
+                .reminders
+                .lock()
+                .unwrap()
+                .values()
+                .filter(|r| r.due_ms <= now_ms)
+                .cloned()
+                .collect();
+            due.sort_by_key(|r| r.due_ms);
+            due.truncate(max);
+            Ok(due)
+        })
+    }
+
+    fn advance_reminder(
+        &self,
+        kind: &str,
+        id: &str,
+        name: &str,
+        seen_ms: i64,
+        next_ms: Option<i64>,
+    ) -> StoreFuture<'_, bool> {
+        let inner = self.inner.clone();
+        let key = (kind.to_string(), id.to_string(), name.to_string());
+        self.with(move |_| {
+            let mut reminders = inner.reminders.lock().unwrap();
+            match reminders.get_mut(&key) {
+                Some(r) if r.due_ms == seen_ms => {
+                    match next_ms {
+                        Some(next) => r.due_ms = next,
+                        None => {
+                            reminders.remove(&key);
+                        }
+                    }
+                    Ok(true)
+                }
+                _ => Ok(false),
+            }
+        })
     }
 }

@@ -51,6 +51,15 @@ CREATE TABLE IF NOT EXISTS troubadour_states (
     codec text NOT NULL,
     payload bytea NOT NULL
 );
+CREATE TABLE IF NOT EXISTS troubadour_reminders (
+    kind text NOT NULL,
+    id text NOT NULL,
+    name text NOT NULL,
+    due_ms bigint NOT NULL,
+    period_ms bigint,
+    PRIMARY KEY (kind, id, name)
+);
+CREATE INDEX IF NOT EXISTS troubadour_reminders_due ON troubadour_reminders (due_ms);
 CREATE TABLE IF NOT EXISTS troubadour_snapshots (
     persistence_id text NOT NULL,
     sequence bigint NOT NULL,
@@ -619,6 +628,124 @@ impl crate::write_behind::StateStore for PostgresStore {
                 codec: row.get(2),
                 payload: row.get(3),
             }))
+        })
+    }
+}
+
+fn reminder_row(row: &tokio_postgres::Row) -> crate::reminders::ReminderRecord {
+    crate::reminders::ReminderRecord {
+        kind: row.get(0),
+        id: row.get(1),
+        name: row.get(2),
+        due_ms: row.get(3),
+        period_ms: row.get(4),
+    }
+}
+
+impl crate::reminders::ReminderStore for PostgresStore {
+    fn put_reminder(&self, r: crate::reminders::ReminderRecord) -> StoreFuture<'_, ()> {
+        self.read(move |client| async move {
+            client
+                .execute(
+                    "INSERT INTO troubadour_reminders (kind, id, name, due_ms, period_ms)
+                     VALUES ($1, $2, $3, $4, $5)
+                     ON CONFLICT (kind, id, name) DO UPDATE SET due_ms = excluded.due_ms,
+                       period_ms = excluded.period_ms",
+                    &[&r.kind, &r.id, &r.name, &r.due_ms, &r.period_ms],
+                )
+                .await
+                .map(|_| ())
+                .map_err(pg_error)
+        })
+    }
+
+    fn cancel_reminder(&self, kind: &str, id: &str, name: &str) -> StoreFuture<'_, bool> {
+        let (kind, id, name) = (kind.to_string(), id.to_string(), name.to_string());
+        self.read(move |client| async move {
+            client
+                .execute(
+                    "DELETE FROM troubadour_reminders WHERE kind = $1 AND id = $2 AND name = $3",
+                    &[&kind, &id, &name],
+                )
+                .await
+                .map(|n| n > 0)
+                .map_err(pg_error)
+        })
+    }
+
+    fn reminders_of(
+        &self,
+        kind: &str,
+        id: &str,
+    ) -> StoreFuture<'_, Vec<crate::reminders::ReminderRecord>> {
+        let (kind, id) = (kind.to_string(), id.to_string());
+        self.read(move |client| async move {
+            Ok(client
+                .query(
+                    "SELECT kind, id, name, due_ms, period_ms FROM troubadour_reminders
+                     WHERE kind = $1 AND id = $2 ORDER BY name",
+                    &[&kind, &id],
+                )
+                .await
+                .map_err(pg_error)?
+                .iter()
+                .map(reminder_row)
+                .collect())
+        })
+    }
+
+    fn due_reminders(
+        &self,
+        now_ms: i64,
+        max: usize,
+    ) -> StoreFuture<'_, Vec<crate::reminders::ReminderRecord>> {
+        let max = max.min(i64::MAX as usize) as i64;
+        self.read(move |client| async move {
+            Ok(client
+                .query(
+                    "SELECT kind, id, name, due_ms, period_ms FROM troubadour_reminders
+                     WHERE due_ms <= $1 ORDER BY due_ms LIMIT $2",
+                    &[&now_ms, &max],
+                )
+                .await
+                .map_err(pg_error)?
+                .iter()
+                .map(reminder_row)
+                .collect())
+        })
+    }
+
+    fn advance_reminder(
+        &self,
+        kind: &str,
+        id: &str,
+        name: &str,
+        seen_ms: i64,
+        next_ms: Option<i64>,
+    ) -> StoreFuture<'_, bool> {
+        let (kind, id, name) = (kind.to_string(), id.to_string(), name.to_string());
+        self.read(move |client| async move {
+            let n = match next_ms {
+                Some(next) => {
+                    client
+                        .execute(
+                            "UPDATE troubadour_reminders SET due_ms = $5
+                             WHERE kind = $1 AND id = $2 AND name = $3 AND due_ms = $4",
+                            &[&kind, &id, &name, &seen_ms, &next],
+                        )
+                        .await
+                }
+                None => {
+                    client
+                        .execute(
+                            "DELETE FROM troubadour_reminders
+                             WHERE kind = $1 AND id = $2 AND name = $3 AND due_ms = $4",
+                            &[&kind, &id, &name, &seen_ms],
+                        )
+                        .await
+                }
+            };
+            n.map(|n| n == 1).map_err(pg_error)
         })
     }
 }

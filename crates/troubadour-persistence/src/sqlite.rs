@@ -94,6 +94,15 @@ CREATE TABLE IF NOT EXISTS troubadour_states (
     codec TEXT NOT NULL,
     payload BLOB NOT NULL
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS troubadour_reminders (
+    kind TEXT NOT NULL,
+    id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    due_ms INTEGER NOT NULL,
+    period_ms INTEGER,
+    PRIMARY KEY (kind, id, name)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS troubadour_reminders_due ON troubadour_reminders (due_ms);
 CREATE TABLE IF NOT EXISTS troubadour_snapshots (
     persistence_id TEXT NOT NULL,
     sequence INTEGER NOT NULL,
@@ -136,12 +145,22 @@ enum Write {
     SaveSnapshot(String, SnapshotRecord, Reply<()>),
     DeleteSnapshots(String, u64, Reply<()>),
     States(Vec<(String, StoredEvent)>, Reply<()>),
+    /// Other crate modules' writes (reminders), in the same batches.
+    Exec(WriteWork, Reply<i64>),
 }
+
+/// A write another module runs on the writer's transaction.
+pub(crate) type WriteWork = Box<dyn FnOnce(&Connection) -> Result<i64, JournalError> + Send>;
+/// A read another module runs on a reader's connection.
+pub(crate) type ReadWork = Box<
+    dyn FnOnce(&Connection) -> Result<Vec<crate::reminders::ReminderRecord>, JournalError> + Send,
+>;
 
 enum Read {
     Replay(String, u64, usize, Reply<Vec<EventRecord>>),
     Latest(String, Reply<Option<SnapshotRecord>>),
     State(String, Reply<Option<StoredEvent>>),
+    Exec(ReadWork, Reply<Vec<crate::reminders::ReminderRecord>>),
 }
 
 impl SqliteStore {
@@ -202,6 +221,17 @@ impl SqliteStore {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
+    }
+
+    pub(crate) fn exec_write(&self, work: WriteWork) -> StoreFuture<'_, i64> {
+        self.write(move |r| Write::Exec(work, r))
+    }
+
+    pub(crate) fn exec_read(
+        &self,
+        work: ReadWork,
+    ) -> StoreFuture<'_, Vec<crate::reminders::ReminderRecord>> {
+        self.read(move |r| Read::Exec(work, r))
     }
 
     fn write<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> Write) -> StoreFuture<'_, T> {
@@ -280,6 +310,7 @@ impl SnapshotStore for SqliteStore {
 enum Pending {
     Fence(Reply<Fenced>, Result<Fenced, JournalError>),
     Unit(Reply<()>, Result<(), JournalError>),
+    Count(Reply<i64>, Result<i64, JournalError>),
 }
 
 impl Pending {
@@ -287,6 +318,7 @@ impl Pending {
         match self {
             Pending::Fence(_, r) => r.as_ref().err(),
             Pending::Unit(_, r) => r.as_ref().err(),
+            Pending::Count(_, r) => r.as_ref().err(),
         }
     }
 
@@ -298,6 +330,9 @@ impl Pending {
                 let _ = tx.send(decided(r, failed));
             }
             Pending::Unit(tx, r) => {
+                let _ = tx.send(decided(r, failed));
+            }
+            Pending::Count(tx, r) => {
                 let _ = tx.send(decided(r, failed));
             }
         }
@@ -459,6 +494,9 @@ fn refuse(write: Write, e: JournalError) {
         | Write::States(_, tx) => {
             let _ = tx.send(Err(e));
         }
+        Write::Exec(_, tx) => {
+            let _ = tx.send(Err(e));
+        }
     }
 }
 
@@ -488,6 +526,7 @@ fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
             .map_err(store_error),
         ),
         Write::States(states, tx) => Pending::Unit(tx, write_states(conn, &states)),
+        Write::Exec(work, tx) => Pending::Count(tx, work(conn)),
         Write::DeleteSnapshots(id, below, tx) => Pending::Unit(
             tx,
             conn.execute(
@@ -641,6 +680,9 @@ fn read_loop(conn: Connection, queue: Receiver<Read>) {
             Read::State(key, tx) => {
                 let _ = tx.send(read_state(&conn, &key));
             }
+            Read::Exec(work, tx) => {
+                let _ = tx.send(work(&conn));
+            }
         }
     }
 }
@@ -760,5 +802,113 @@ impl crate::write_behind::StateStore for SqliteStore {
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
         let key = key.to_string();
         self.read(move |r| Read::State(key, r))
+    }
+}
+
+fn reminder_rows(
+    conn: &Connection,
+    sql: &str,
+    args: &[&dyn rusqlite::ToSql],
+) -> Result<Vec<crate::reminders::ReminderRecord>, JournalError> {
+    let mut st = conn.prepare_cached(sql).map_err(store_error)?;
+    let rows = st
+        .query_map(args, |row| {
+            Ok(crate::reminders::ReminderRecord {
+                kind: row.get(0)?,
+                id: row.get(1)?,
+                name: row.get(2)?,
+                due_ms: row.get(3)?,
+                period_ms: row.get(4)?,
+            })
+        })
+        .map_err(store_error)?;
+    rows.collect::<Result<Vec<_>, _>>()
+        .map_err(|e| corrupt_row("troubadour_reminders", e))
+}
+
+impl crate::reminders::ReminderStore for SqliteStore {
+    fn put_reminder(&self, r: crate::reminders::ReminderRecord) -> StoreFuture<'_, ()> {
+        let work = self.exec_write(Box::new(move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO troubadour_reminders (kind, id, name, due_ms, period_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                params![r.kind, r.id, r.name, r.due_ms, r.period_ms],
+            )
+            .map(|n| n as i64)
+            .map_err(store_error)
+        }));
+        Box::pin(async move { work.await.map(|_| ()) })
+    }
+
+    fn cancel_reminder(&self, kind: &str, id: &str, name: &str) -> StoreFuture<'_, bool> {
+        let (kind, id, name) = (kind.to_string(), id.to_string(), name.to_string());
+        let work = self.exec_write(Box::new(move |conn| {
+            conn.execute(
+                "DELETE FROM troubadour_reminders WHERE kind = ?1 AND id = ?2 AND name = ?3",
+                params![kind, id, name],
+            )
+            .map(|n| n as i64)
+            .map_err(store_error)
+        }));
+        Box::pin(async move { work.await.map(|n| n > 0) })
+    }
+
+    fn reminders_of(
+        &self,
+        kind: &str,
+        id: &str,
+    ) -> StoreFuture<'_, Vec<crate::reminders::ReminderRecord>> {
+        let (kind, id) = (kind.to_string(), id.to_string());
+        self.exec_read(Box::new(move |conn| {
+            reminder_rows(
+                conn,
+                "SELECT kind, id, name, due_ms, period_ms FROM troubadour_reminders
+                 WHERE kind = ?1 AND id = ?2 ORDER BY name",
+                &[&kind, &id],
+            )
+        }))
+    }
+
+    fn due_reminders(
+        &self,
+        now_ms: i64,
+        max: usize,
+    ) -> StoreFuture<'_, Vec<crate::reminders::ReminderRecord>> {
+        let max = max.min(i64::MAX as usize) as i64;
+        self.exec_read(Box::new(move |conn| {
+            reminder_rows(
+                conn,
+                "SELECT kind, id, name, due_ms, period_ms FROM troubadour_reminders
+                 WHERE due_ms <= ?1 ORDER BY due_ms LIMIT ?2",
+                &[&now_ms, &max],
+            )
+        }))
+    }
+
+    fn advance_reminder(
+        &self,
+        kind: &str,
+        id: &str,
+        name: &str,
+        seen_ms: i64,
+        next_ms: Option<i64>,
+    ) -> StoreFuture<'_, bool> {
+        let (kind, id, name) = (kind.to_string(), id.to_string(), name.to_string());
+        let work = self.exec_write(Box::new(move |conn| {
+            let n = match next_ms {
+                Some(next) => conn.execute(
+                    "UPDATE troubadour_reminders SET due_ms = ?5
+                     WHERE kind = ?1 AND id = ?2 AND name = ?3 AND due_ms = ?4",
+                    params![kind, id, name, seen_ms, next],
+                ),
+                None => conn.execute(
+                    "DELETE FROM troubadour_reminders
+                     WHERE kind = ?1 AND id = ?2 AND name = ?3 AND due_ms = ?4",
+                    params![kind, id, name, seen_ms],
+                ),
+            };
+            n.map(|n| n as i64).map_err(store_error)
+        }));
+        Box::pin(async move { work.await.map(|n| n == 1) })
     }
 }
