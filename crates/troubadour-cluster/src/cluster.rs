@@ -22,7 +22,8 @@ use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
 use crate::region::{
-    singleton_id, HostedShard, Kind, LeaveCluster, LocalRouted, Region, RegionSetup, Status, REGION,
+    singleton_id, HostedShard, Hosting, Kind, LeaveCluster, LocalRouted, Region, RegionSetup,
+    Status, REGION,
 };
 use crate::shard::ShardCount;
 
@@ -281,6 +282,7 @@ impl ClusterBuilder {
         let membership =
             Membership::start(system, remote, self.membership).map_err(ClusterError::Membership)?;
         let me = system.node();
+        let hosting = Hosting::default();
         let region = system
             .spawn(Region::new(RegionSetup {
                 me,
@@ -293,6 +295,7 @@ impl ClusterBuilder {
                 store: self.store.clone(),
                 kinds: self.kinds,
                 lookup: remote.node_lookup(),
+                hosting: hosting.clone(),
             }))
             .map_err(|e| ClusterError::Spawn(e.to_string()))?;
         remote
@@ -319,6 +322,7 @@ impl ClusterBuilder {
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 region,
+                hosting,
                 groups,
                 membership,
                 shards: self.shards,
@@ -369,6 +373,7 @@ impl std::error::Error for ClusterError {}
 
 struct Inner {
     region: ActorRef<Region>,
+    hosting: Hosting,
     membership: Membership,
     shards: ShardCount,
     groups: ActorRef<Groups>,
@@ -460,6 +465,16 @@ impl Cluster {
     /// The cluster's shard count.
     pub fn shards(&self) -> ShardCount {
         self.inner.shards
+    }
+
+    /// Whether this node hosts entity `id`'s shard now, and at which
+    /// epoch: a local read of what the node's region last decided, no
+    /// store call. For work only the owner should do, such as firing a
+    /// durable reminder (troubadour-persistence's `Reminders::owned_by`);
+    /// a decision that must hold against a stale owner still needs a
+    /// fenced write, since ownership can move the moment after this reads.
+    pub fn hosts(&self, id: &str) -> Option<HostedShard> {
+        self.inner.hosting.get(self.inner.shards.shard_of(id))
     }
 
     /// Leaves the cluster gracefully: every shard's entities finish what

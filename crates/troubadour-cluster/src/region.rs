@@ -73,6 +73,29 @@ pub(crate) struct RegionSetup {
     pub store: Arc<dyn LeaseStore>,
     pub kinds: HashMap<&'static str, Kind>,
     pub lookup: NodeLookup,
+    /// Where the region publishes the shards it hosts, for readers off its
+    /// thread (`Cluster::hosts`).
+    pub hosting: Hosting,
+}
+
+/// The shards a region hosts and their epochs, shared with readers off
+/// the region's thread. The region's own map decides; this follows it.
+#[derive(Clone, Default)]
+pub(crate) struct Hosting(Arc<std::sync::RwLock<BTreeMap<ShardId, u64>>>);
+
+impl Hosting {
+    pub(crate) fn get(&self, shard: ShardId) -> Option<HostedShard> {
+        let map = self.0.read().unwrap_or_else(|p| p.into_inner());
+        map.get(&shard).map(|&epoch| HostedShard { shard, epoch })
+    }
+
+    fn set(&self, shard: ShardId, epoch: Option<u64>) {
+        let mut map = self.0.write().unwrap_or_else(|p| p.into_inner());
+        match epoch {
+            Some(e) => map.insert(shard, e),
+            None => map.remove(&shard),
+        };
+    }
 }
 
 /// A message waiting to be routed, with the reply of its ask.
@@ -451,6 +474,7 @@ impl Region {
     /// The shard is no longer this node's: its entities stop after their
     /// current message.
     fn stop_shard(&mut self, shard: ShardId) {
+        self.setup.hosting.set(shard, None);
         if let Some(hosted) = self.hosted.remove(&shard) {
             for (_, slot) in hosted.entities {
                 match slot {
@@ -467,6 +491,7 @@ impl Region {
     /// passivating one waits for the next owner.
     fn hand_over(&mut self, shard: ShardId) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
         let mut stopped = Vec::new();
+        self.setup.hosting.set(shard, None);
         let Some(hosted) = self.hosted.remove(&shard) else {
             return stopped;
         };
@@ -710,6 +735,7 @@ impl Region {
                         entities: BTreeMap::new(),
                     },
                 );
+                self.setup.hosting.set(shard, Some(a.epoch));
                 self.start_singletons(ctx);
                 self.drain_waiting(ctx);
             }
