@@ -57,6 +57,10 @@ pub struct SqliteOptions {
     pub busy_timeout: Duration,
     /// The writer's page cache, in KiB. Default 64 MiB.
     pub cache_kib: u32,
+    /// The most the database file may grow to, in bytes (`None`: as far
+    /// as the disk allows). A write past it fails with
+    /// [`JournalError::StorageFull`], as on a full disk.
+    pub max_size: Option<u64>,
 }
 
 impl Default for SqliteOptions {
@@ -67,6 +71,7 @@ impl Default for SqliteOptions {
             readers: 2,
             busy_timeout: Duration::from_secs(5),
             cache_kib: 64 * 1024,
+            max_size: None,
         }
     }
 }
@@ -188,6 +193,14 @@ impl SqliteStore {
             // being read back from the file (SQLite's default is 2 MiB).
             .and_then(|_| writer.pragma_update(None, "cache_size", -(options.cache_kib as i64)))
             .and_then(|_| writer.execute_batch(SCHEMA))
+            .and_then(|_| match options.max_size {
+                Some(bytes) => {
+                    let page: i64 = writer.query_row("PRAGMA page_size", [], |r| r.get(0))?;
+                    let pages = (bytes as i64 / page.max(1)).max(1);
+                    writer.query_row(&format!("PRAGMA max_page_count = {pages}"), [], |_| Ok(()))
+                }
+                None => Ok(()),
+            })
             .map_err(|e| opening(&path, e))?;
         let (writes, write_queue) = crossbeam_channel::unbounded();
         let (reads, read_queue) = crossbeam_channel::unbounded();

@@ -508,3 +508,42 @@ fn two_stores_on_one_sqlite_file_fence_each_other_as_two_processes_would() {
     let p = Persistence::sqlite(&path).unwrap();
     assert_eq!(linear_history(&all_events(&p, "x")), vec![1, 2, 3]);
 }
+
+#[test]
+fn a_full_store_refuses_with_a_typed_error_and_loses_nothing_acknowledged() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.db");
+    let system = ActorSystem::new();
+    let small = SqliteOptions {
+        max_size: Some(96 * 1024),
+        ..SqliteOptions::default()
+    };
+    let store = SqliteStore::open_with(&path, small).unwrap();
+    let p = Persistence::new(store.clone(), store);
+    let c = system.spawn(Counter::new(&p, "big")).unwrap();
+    let mut acked = vec![];
+    let full = loop {
+        let batch: Vec<u64> = (0..100).map(|i| acked.len() as u64 * 100 + i).collect();
+        match add(&c, &batch) {
+            Ok(_) => acked.extend(batch),
+            Err(e) => break e,
+        }
+        assert!(acked.len() < 1_000_000, "the store never filled up");
+    };
+    match &full {
+        PersistError::Journal(JournalError::StorageFull(why)) => {
+            assert!(full.to_string().contains("free space"), "{full}: {why}")
+        }
+        other => panic!("not a full store: {other:?}"),
+    }
+    // The actor stopped rather than running on a state the store lacks.
+    assert!(matches!(
+        system.block_on(c.wait_stopped()),
+        ExitReason::Failed(_)
+    ));
+    drop(p);
+    // With room again, everything acknowledged is there, nothing more.
+    let p = Persistence::sqlite(&path).unwrap();
+    let c = system.spawn(Counter::new(&p, "big")).unwrap();
+    assert_eq!(get(&c).0.amounts, acked);
+}
