@@ -14,7 +14,11 @@
 //! processes: a fence or append from another node waits for the lock and
 //! then sees this commit.
 //!
-//! **Reads** (replay, snapshots) run on pooled connections beside it.
+//! **Reads** for recovery (replay, latest snapshot) are batched the same
+//! way: one reader task gathers what is waiting and answers a batch with
+//! one query per kind (`… CROSS JOIN LATERAL (… LIMIT …)` over the ids,
+//! `DISTINCT ON` for snapshots), up to four batches at once on pooled
+//! connections.
 
 use crate::error::JournalError;
 use crate::event::StoredEvent;
@@ -89,7 +93,23 @@ pub struct PostgresStore {
     pool: Pool,
     runtime: tokio::runtime::Handle,
     writes: mpsc::UnboundedSender<Write>,
+    reads: mpsc::UnboundedSender<(Read, Reply<Answer>)>,
 }
+
+/// A recovery read, batched with the others waiting (1,000 actors
+/// recovering at once make a handful of queries, not 2,000).
+enum Read {
+    Replay(String, u64, i64),
+    Latest(String),
+}
+
+enum Answer {
+    Events(Vec<EventRecord>),
+    Snapshot(Option<SnapshotRecord>),
+}
+
+/// Batches of recovery reads running at once.
+const READ_BATCHES: usize = 4;
 
 type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 
@@ -153,10 +173,13 @@ impl PostgresStore {
         let runtime = tokio::runtime::Handle::current();
         let (writes, queue) = mpsc::unbounded_channel();
         runtime.spawn(write_loop(pool.clone(), queue));
+        let (reads, read_queue) = mpsc::unbounded_channel();
+        runtime.spawn(read_loop(pool.clone(), read_queue));
         Ok(PostgresStore {
             pool,
             runtime,
             writes,
+            reads,
         })
     }
 
@@ -174,6 +197,28 @@ impl PostgresStore {
                     "the PostgreSQL store's writer stopped before answering".into(),
                 ))
             })
+        })
+    }
+
+    fn batched<T: Send + 'static>(
+        &self,
+        read: Read,
+        pick: impl FnOnce(Answer) -> T + Send + 'static,
+    ) -> StoreFuture<'_, T> {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.reads.send((read, tx)).is_ok();
+        Box::pin(async move {
+            if !sent {
+                return Err(JournalError::Unavailable(
+                    "the PostgreSQL store's reader is gone".into(),
+                ));
+            }
+            match rx.await {
+                Ok(answer) => answer.map(pick),
+                Err(_) => Err(JournalError::Unavailable(
+                    "the PostgreSQL store's reader stopped before answering".into(),
+                )),
+            }
         })
     }
 
@@ -217,29 +262,14 @@ impl Journal for PostgresStore {
         from: u64,
         max: usize,
     ) -> StoreFuture<'_, Vec<EventRecord>> {
-        let id = persistence_id.to_string();
-        self.read(move |client| async move {
-            let rows = client
-                .query(
-                    "SELECT sequence, epoch, type_name, version, codec, payload FROM troubadour_journal
-                     WHERE persistence_id = $1 AND sequence >= $2 ORDER BY sequence LIMIT $3",
-                    &[&id, &(from as i64), &(max.min(i64::MAX as usize) as i64)],
-                )
-                .await
-                .map_err(pg_error)?;
-            Ok(rows
-                .iter()
-                .map(|row| EventRecord {
-                    sequence: row.get::<_, i64>(0) as u64,
-                    epoch: row.get::<_, i64>(1) as u64,
-                    event: StoredEvent {
-                        type_name: row.get(2),
-                        version: row.get::<_, i32>(3) as u32,
-                        codec: row.get(4),
-                        payload: row.get(5),
-                    },
-                })
-                .collect())
+        let read = Read::Replay(
+            persistence_id.to_string(),
+            from,
+            max.min(i64::MAX as usize) as i64,
+        );
+        self.batched(read, |answer| match answer {
+            Answer::Events(events) => events,
+            Answer::Snapshot(_) => Vec::new(),
         })
     }
 
@@ -256,26 +286,13 @@ impl SnapshotStore for PostgresStore {
     }
 
     fn latest(&self, persistence_id: &str) -> StoreFuture<'_, Option<SnapshotRecord>> {
-        let id = persistence_id.to_string();
-        self.read(move |client| async move {
-            let row = client
-                .query_opt(
-                    "SELECT sequence, type_name, version, codec, payload FROM troubadour_snapshots
-                     WHERE persistence_id = $1 ORDER BY sequence DESC LIMIT 1",
-                    &[&id],
-                )
-                .await
-                .map_err(pg_error)?;
-            Ok(row.map(|row| SnapshotRecord {
-                sequence: row.get::<_, i64>(0) as u64,
-                state: StoredEvent {
-                    type_name: row.get(1),
-                    version: row.get::<_, i32>(2) as u32,
-                    codec: row.get(3),
-                    payload: row.get(4),
-                },
-            }))
-        })
+        self.batched(
+            Read::Latest(persistence_id.to_string()),
+            |answer| match answer {
+                Answer::Snapshot(snapshot) => snapshot,
+                Answer::Events(_) => None,
+            },
+        )
     }
 
     fn delete_below(&self, persistence_id: &str, below: u64) -> StoreFuture<'_, ()> {
@@ -318,6 +335,142 @@ impl Pending {
             }
             Pending::Unit(tx, r) => {
                 let _ = tx.send(decided(r, failed));
+            }
+        }
+    }
+}
+
+async fn read_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<(Read, Reply<Answer>)>) {
+    let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(READ_BATCHES));
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            return;
+        };
+        // What queued while waiting for a permit joins this batch.
+        while batch.len() < MAX_BATCH {
+            match queue.try_recv() {
+                Ok(r) => batch.push(r),
+                Err(_) => break,
+            }
+        }
+        let reads = std::mem::take(&mut batch);
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            read_batch(&pool, reads).await;
+        });
+    }
+}
+
+async fn read_batch(pool: &Pool, reads: Vec<(Read, Reply<Answer>)>) {
+    let mut replays = Vec::new();
+    let mut latest = Vec::new();
+    for (read, reply) in reads {
+        match read {
+            Read::Replay(id, from, max) => replays.push((id, from, max, reply)),
+            Read::Latest(id) => latest.push((id, reply)),
+        }
+    }
+    let client = match pool.get().await {
+        Ok(c) => c,
+        Err(e) => {
+            let e = no_connection(e);
+            for (.., reply) in replays {
+                let _ = reply.send(Err(e.clone()));
+            }
+            for (_, reply) in latest {
+                let _ = reply.send(Err(e.clone()));
+            }
+            return;
+        }
+    };
+    if !replays.is_empty() {
+        let ids: Vec<&str> = replays.iter().map(|r| r.0.as_str()).collect();
+        let froms: Vec<i64> = replays.iter().map(|r| r.1 as i64).collect();
+        let maxes: Vec<i64> = replays.iter().map(|r| r.2).collect();
+        let rows = client
+            .query(
+                "SELECT q.i, j.sequence, j.epoch, j.type_name, j.version, j.codec, j.payload
+                 FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS q(id, from_seq, lim, i)
+                 CROSS JOIN LATERAL (
+                     SELECT sequence, epoch, type_name, version, codec, payload
+                     FROM troubadour_journal
+                     WHERE persistence_id = q.id AND sequence >= q.from_seq
+                     ORDER BY sequence LIMIT q.lim
+                 ) AS j
+                 ORDER BY q.i, j.sequence",
+                &[&ids, &froms, &maxes],
+            )
+            .await;
+        match rows {
+            Ok(rows) => {
+                let mut per: Vec<Vec<EventRecord>> =
+                    (0..replays.len()).map(|_| Vec::new()).collect();
+                for row in rows {
+                    let i = row.get::<_, i64>(0) as usize - 1;
+                    per[i].push(EventRecord {
+                        sequence: row.get::<_, i64>(1) as u64,
+                        epoch: row.get::<_, i64>(2) as u64,
+                        event: StoredEvent {
+                            type_name: row.get(3),
+                            version: row.get::<_, i32>(4) as u32,
+                            codec: row.get(5),
+                            payload: row.get(6),
+                        },
+                    });
+                }
+                for ((.., reply), events) in replays.into_iter().zip(per) {
+                    let _ = reply.send(Ok(Answer::Events(events)));
+                }
+            }
+            Err(e) => {
+                let e = pg_error(e);
+                for (.., reply) in replays {
+                    let _ = reply.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+    if !latest.is_empty() {
+        let ids: Vec<&str> = latest.iter().map(|r| r.0.as_str()).collect();
+        let rows = client
+            .query(
+                "SELECT DISTINCT ON (persistence_id)
+                        persistence_id, sequence, type_name, version, codec, payload
+                 FROM troubadour_snapshots WHERE persistence_id = ANY($1)
+                 ORDER BY persistence_id, sequence DESC",
+                &[&ids],
+            )
+            .await;
+        match rows {
+            Ok(rows) => {
+                let found: HashMap<String, SnapshotRecord> = rows
+                    .iter()
+                    .map(|row| {
+                        (
+                            row.get::<_, String>(0),
+                            SnapshotRecord {
+                                sequence: row.get::<_, i64>(1) as u64,
+                                state: StoredEvent {
+                                    type_name: row.get(2),
+                                    version: row.get::<_, i32>(3) as u32,
+                                    codec: row.get(4),
+                                    payload: row.get(5),
+                                },
+                            },
+                        )
+                    })
+                    .collect();
+                for (id, reply) in latest {
+                    let _ = reply.send(Ok(Answer::Snapshot(found.get(&id).cloned())));
+                }
+            }
+            Err(e) => {
+                let e = pg_error(e);
+                for (_, reply) in latest {
+                    let _ = reply.send(Err(e.clone()));
+                }
             }
         }
     }
