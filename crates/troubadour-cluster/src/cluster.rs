@@ -22,8 +22,8 @@ use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
 use crate::region::{
-    singleton_id, HostedShard, Hosting, Kind, LeaveCluster, LocalRouted, Region, RegionSetup,
-    Status, REGION,
+    singleton_id, BeforeHandoff, HostedShard, Hosting, Kind, LeaveCluster, LocalRouted, Region,
+    RegionSetup, Status, REGION,
 };
 use crate::shard::ShardCount;
 
@@ -68,6 +68,7 @@ pub struct ClusterBuilder {
     membership: MembershipConfig,
     discovery: Option<(Arc<dyn Discovery>, Duration)>,
     kinds: HashMap<&'static str, Kind>,
+    before_handoff: Option<BeforeHandoff>,
     errors: Vec<String>,
 }
 
@@ -131,6 +132,30 @@ impl ClusterBuilder {
         if let Err(e) = register_group_message::<M>() {
             self.errors.push(e);
         }
+        self
+    }
+
+    /// Work to finish after a handoff's entities have stopped and before
+    /// their shards go to another node (a rebalance, a graceful leave):
+    /// typically a write-behind flush, so that the next owner reads the
+    /// states the stopped entities left (troubadour-persistence's
+    /// `WriteBehind::flush`). A failover after a crash has no handoff: what
+    /// was not flushed is lost within the write-behind's bound.
+    ///
+    /// ```ignore
+    /// builder.before_handoff(move || {
+    ///     let behind = behind.clone();
+    ///     Box::pin(async move { let _ = behind.flush().await; })
+    /// })
+    /// ```
+    pub fn before_handoff(
+        mut self,
+        work: impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.before_handoff = Some(Arc::new(work));
         self
     }
 
@@ -296,6 +321,7 @@ impl ClusterBuilder {
                 kinds: self.kinds,
                 lookup: remote.node_lookup(),
                 hosting: hosting.clone(),
+                before_handoff: self.before_handoff,
             }))
             .map_err(|e| ClusterError::Spawn(e.to_string()))?;
         remote
@@ -401,6 +427,7 @@ impl Cluster {
             membership: MembershipConfig::default(),
             discovery: None,
             kinds: HashMap::new(),
+            before_handoff: None,
             errors: Vec::new(),
         }
     }

@@ -76,7 +76,14 @@ pub(crate) struct RegionSetup {
     /// Where the region publishes the shards it hosts, for readers off its
     /// thread (`Cluster::hosts`).
     pub hosting: Hosting,
+    /// Run after a handoff's entities stopped and before the shards are
+    /// released (`ClusterBuilder::before_handoff`).
+    pub before_handoff: Option<BeforeHandoff>,
 }
+
+/// Work to finish before shards go to another node (a write-behind flush).
+pub(crate) type BeforeHandoff =
+    Arc<dyn Fn() -> Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// The shards a region hosts and their epochs, shared with readers off
 /// the region's thread. The region's own map decides; this follows it.
@@ -756,10 +763,14 @@ impl Region {
         self.in_flight.insert(shard, ());
         let store = self.setup.store.clone();
         let key = self.key.clone();
+        let before = self.setup.before_handoff.clone();
         self.start_task(
             Box::pin(async move {
                 for s in stopped {
                     s.await;
+                }
+                if let Some(before) = before {
+                    before().await;
                 }
                 let _ = store.release(shard, &key, epoch).await;
                 Event::Released(shard)
@@ -1281,10 +1292,14 @@ impl Region {
         let stopped: Vec<_> = shards.into_iter().flat_map(|s| self.hand_over(s)).collect();
         let store = self.setup.store.clone();
         let key = self.key.clone();
+        let before = self.setup.before_handoff.clone();
         self.start_task(
             Box::pin(async move {
                 for s in stopped {
                     s.await;
+                }
+                if let Some(before) = before {
+                    before().await;
                 }
                 Event::Left(store.leave(&key).await)
             }),
