@@ -23,6 +23,7 @@
 //! `store` (the traits) → `sqlite`, `memory` (implementations) → `event`,
 //! `error` (rows and errors).
 
+mod batch;
 mod error;
 mod event;
 mod memory;

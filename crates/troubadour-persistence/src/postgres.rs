@@ -20,6 +20,7 @@
 //! `DISTINCT ON` for snapshots), up to four batches at once on pooled
 //! connections.
 
+use crate::batch::{Pending, Reply};
 use crate::error::JournalError;
 use crate::event::StoredEvent;
 use crate::store::{
@@ -110,8 +111,6 @@ enum Answer {
 
 /// Batches of recovery reads running at once.
 const READ_BATCHES: usize = 4;
-
-type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 
 enum Write {
     Fence(String, u64, Reply<Fenced>),
@@ -307,37 +306,6 @@ struct Standing {
     highest: u64,
     epoch: u64,
     changed: bool,
-}
-
-/// What a write of the batch will answer once the commit decides.
-enum Pending {
-    Fence(Reply<Fenced>, Result<Fenced, JournalError>),
-    Unit(Reply<()>, Result<(), JournalError>),
-}
-
-impl Pending {
-    /// A write that was not refused, in a transaction that did not commit,
-    /// gets `failed`.
-    fn answer(self, failed: Option<&JournalError>) {
-        fn decided<T>(
-            r: Result<T, JournalError>,
-            failed: Option<&JournalError>,
-        ) -> Result<T, JournalError> {
-            match (r, failed) {
-                (Err(e), _) => Err(e),
-                (Ok(_), Some(f)) => Err(f.clone()),
-                (ok, None) => ok,
-            }
-        }
-        match self {
-            Pending::Fence(tx, r) => {
-                let _ = tx.send(decided(r, failed));
-            }
-            Pending::Unit(tx, r) => {
-                let _ = tx.send(decided(r, failed));
-            }
-        }
-    }
 }
 
 async fn read_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<(Read, Reply<Answer>)>) {

@@ -19,6 +19,7 @@
 //! loss. [`Synchronous::Normal`] survives a crash of the process but may
 //! lose the last commits on a power loss.
 
+use crate::batch::{is_refusal, Pending, Reply};
 use crate::error::JournalError;
 use crate::event::StoredEvent;
 use crate::store::{
@@ -140,8 +141,6 @@ struct Channels {
     reads: Sender<Read>,
     path: PathBuf,
 }
-
-type Reply<T> = oneshot::Sender<Result<T, JournalError>>;
 
 enum Write {
     Fence(String, u64, Reply<Fenced>),
@@ -319,50 +318,6 @@ impl SnapshotStore for SqliteStore {
     }
 }
 
-/// An answer held until the transaction's commit decides it.
-enum Pending {
-    Fence(Reply<Fenced>, Result<Fenced, JournalError>),
-    Unit(Reply<()>, Result<(), JournalError>),
-    Count(Reply<i64>, Result<i64, JournalError>),
-}
-
-impl Pending {
-    fn error(&self) -> Option<&JournalError> {
-        match self {
-            Pending::Fence(_, r) => r.as_ref().err(),
-            Pending::Unit(_, r) => r.as_ref().err(),
-            Pending::Count(_, r) => r.as_ref().err(),
-        }
-    }
-
-    /// Answers; a write that was not refused, inside a transaction that
-    /// did not commit, gets `failed` instead.
-    fn answer(self, failed: Option<&JournalError>) {
-        match self {
-            Pending::Fence(tx, r) => {
-                let _ = tx.send(decided(r, failed));
-            }
-            Pending::Unit(tx, r) => {
-                let _ = tx.send(decided(r, failed));
-            }
-            Pending::Count(tx, r) => {
-                let _ = tx.send(decided(r, failed));
-            }
-        }
-    }
-}
-
-fn decided<T>(
-    r: Result<T, JournalError>,
-    failed: Option<&JournalError>,
-) -> Result<T, JournalError> {
-    match (r, failed) {
-        (Err(e), _) if is_refusal(&e) => Err(e),
-        (_, Some(f)) => Err(f.clone()),
-        (r, None) => r,
-    }
-}
-
 fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut known = Known::default();
@@ -485,14 +440,6 @@ impl Known {
 fn data_version(conn: &Connection) -> Result<i64, JournalError> {
     conn.query_row("PRAGMA data_version", [], |row| row.get(0))
         .map_err(store_error)
-}
-
-/// Refusals by the journal's rules, decided before anything is written.
-fn is_refusal(e: &JournalError) -> bool {
-    matches!(
-        e,
-        JournalError::Fenced { .. } | JournalError::SequenceConflict { .. }
-    )
 }
 
 fn refuse(write: Write, e: JournalError) {
