@@ -110,6 +110,8 @@ struct Args {
     json: bool,
     dir: Option<PathBuf>,
     store: Store,
+    /// Run the peer: Pekko Persistence with its JDBC plugin (PostgreSQL).
+    pekko: bool,
 }
 
 pub fn main(all: Vec<String>) -> ExitCode {
@@ -118,6 +120,7 @@ pub fn main(all: Vec<String>) -> ExitCode {
         json: false,
         dir: None,
         store: Store::Sqlite,
+        pekko: false,
     };
     let mut it = all.into_iter().skip(1);
     while let Some(a) = it.next() {
@@ -125,12 +128,14 @@ pub fn main(all: Vec<String>) -> ExitCode {
             "--quick" => args.quick = true,
             "--json" => args.json = true,
             "--dir" => args.dir = it.next().map(PathBuf::from),
-            "--impl" => {
-                if it.next().as_deref() != Some("troubadour") {
-                    eprintln!("persist: only --impl troubadour is implemented");
+            "--impl" => match it.next().as_deref() {
+                Some("troubadour") => args.pekko = false,
+                Some("pekko") => args.pekko = true,
+                _ => {
+                    eprintln!("persist: --impl troubadour|pekko");
                     return ExitCode::from(2);
                 }
-            }
+            },
             "--store" => {
                 args.store = match it.next().as_deref() {
                     Some("sqlite") => Store::Sqlite,
@@ -147,7 +152,16 @@ pub fn main(all: Vec<String>) -> ExitCode {
             }
         }
     }
-    match run(&args) {
+    if args.pekko && args.store != Store::Postgres {
+        eprintln!("persist: the Pekko peer runs on --store postgres");
+        return ExitCode::from(2);
+    }
+    let result = if args.pekko {
+        run_pekko(&args)
+    } else {
+        run(&args)
+    };
+    match result {
         Ok(line) => {
             println!("{line}");
             ExitCode::SUCCESS
@@ -324,6 +338,93 @@ fn floor_events_per_sec(path: &Path, inserts: u64) -> Result<f64, String> {
         .map_err(|e| e.to_string())?;
     }
     Ok(inserts as f64 / start.elapsed().as_secs_f64())
+}
+
+/// The peer: Pekko Persistence (typed `EventSourcedBehavior`) with its
+/// JDBC plugin, the same 1,000 actors and events, on a server started the
+/// same way, with the floor measured on it beside (bench/peers/pekko,
+/// `Persist.java`).
+fn run_pekko(args: &Args) -> Result<String, String> {
+    let per_actor: u64 = if args.quick { 5 } else { 100 };
+    let floor_inserts: u64 = if args.quick { 200 } else { 2_000 };
+    let system = ActorSystem::new();
+    let server = std::panic::catch_unwind(crate::postgres::Server::start_durable)
+        .map_err(|_| "could not start PostgreSQL (apt-get install postgresql)".to_string())?;
+    let floor = system.block_on(postgres_floor(&server.url(), floor_inserts))?;
+    system.block_on(async {
+        let (client, conn) = tokio_postgres::connect(&server.url(), tokio_postgres::NoTls)
+            .await
+            .map_err(|e| e.to_string())?;
+        tokio::spawn(conn);
+        client
+            .batch_execute("CREATE DATABASE pekko")
+            .await
+            .map_err(|e| e.to_string())
+    })?;
+    let jdbc = server
+        .url()
+        .replace("postgres://postgres@", "jdbc:postgresql://")
+        .replace("/postgres", "/pekko");
+    let peer = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/pekko");
+    let built = std::process::Command::new(peer.join("build"))
+        .status()
+        .map_err(|e| format!("building the Pekko peer: {e}"))?;
+    if !built.success() {
+        return Err("the Pekko peer did not build".into());
+    }
+    let classpath = std::fs::read_to_string(peer.join("target/classpath.txt"))
+        .map_err(|e| format!("the Pekko peer's classpath: {e}"))?;
+    let out = std::process::Command::new("java")
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}",
+            peer.join("target/classes").display(),
+            classpath.trim()
+        ))
+        .args(["troubadour.peer.Main", "__persist", &jdbc])
+        .arg(ACTORS.to_string())
+        .arg(per_actor.to_string())
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("running the Pekko peer: {e}"))?;
+    let _ = system.shutdown(Duration::from_secs(10));
+    drop(server);
+    let line = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .map(str::to_string)
+        .ok_or("the Pekko peer printed no result")?;
+    let field = |name: &str| -> Option<f64> {
+        let at = line.find(&format!("\"{name}\":"))? + name.len() + 3;
+        line[at..]
+            .split(|c| c == ',' || c == '}')
+            .next()?
+            .parse()
+            .ok()
+    };
+    if !line.contains("\"ok\":true") {
+        return Err(format!("the Pekko peer failed: {line}"));
+    }
+    let (eps, p99, rec) = (
+        field("events_per_sec").ok_or("no events_per_sec")?,
+        field("persist_p99_us").ok_or("no persist_p99_us")?,
+        field("recovery_events_per_sec").ok_or("no recovery_events_per_sec")?,
+    );
+    let total = ACTORS as u64 * per_actor;
+    Ok(if args.json {
+        format!(
+            "{{\"workload\":\"persist\",\"impl\":\"pekko\",\"ok\":true,\"store\":\"postgres\",\
+             \"events\":{total},\"events_per_sec\":{eps:.1},\"persist_p99_us\":{p99:.0},\
+             \"recovery_events_per_sec\":{rec:.1},\"floor_events_per_sec\":{floor:.1}}}"
+        )
+    } else {
+        format!(
+            "persist postgres (pekko-persistence-jdbc): {total} events, {eps:.0} events/s \
+             ({:.1}x the floor of {floor:.0}), persist p99 {p99:.0} us, recovery {rec:.0} events/s",
+            eps / floor
+        )
+    })
 }
 
 /// The PostgreSQL floor: one insert per transaction (autocommit), one

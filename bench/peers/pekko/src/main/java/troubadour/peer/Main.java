@@ -830,6 +830,16 @@ public final class Main {
       Clustered.childMain(args[1], args[2], args[3]);
       return;
     }
+    if (args.length == 4 && args[0].equals("__persist")) {
+      try {
+        Persist.main(args[1], Integer.parseInt(args[2]), Long.parseLong(args[3]));
+      } catch (Throwable t) {
+        t.printStackTrace();
+        System.out.println("{\"ok\":false,\"error\":\"" + t.toString().replace('"', '\'') + "\"}");
+        Runtime.getRuntime().halt(1);
+      }
+      return;
+    }
     if (args.length == 3 && args[0].equals("__serve")) {
       serveMain(args[1], Integer.parseInt(args[2]));
       return;
