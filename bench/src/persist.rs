@@ -398,7 +398,7 @@ fn run_pekko(args: &Args) -> Result<String, String> {
     let field = |name: &str| -> Option<f64> {
         let at = line.find(&format!("\"{name}\":"))? + name.len() + 3;
         line[at..]
-            .split(|c| c == ',' || c == '}')
+            .split([',', '}'])
             .next()?
             .parse()
             .ok()
