@@ -45,7 +45,7 @@ pub use postgres::PostgresStore;
 pub use reliable::{
     Ack, Deduplicated, Delivered, Delivery, Produce, ReliableProducer, Unconfirmed,
 };
-pub use reminders::{Reminder, ReminderRecord, ReminderStore, Reminders};
+pub use reminders::{ActorReminders, Reminder, ReminderRecord, ReminderStore, Reminders};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
 pub use write_behind::{Durable, StateStore, WriteBehind};

@@ -197,6 +197,28 @@ impl Reminders {
         self.shared.store.reminders_of(kind, id).await
     }
 
+    /// The reminders of one actor, as a handle the actor keeps: what
+    /// Orleans' `RegisterOrUpdateReminder` is to a grain.
+    ///
+    /// ```
+    /// # use std::time::{Duration, SystemTime};
+    /// # use troubadour::prelude::*;
+    /// # use troubadour_persistence::{MemoryStore, Reminders};
+    /// let system = ActorSystem::new();
+    /// let reminders = Reminders::start(MemoryStore::new(), Duration::from_secs(1), system.tokio_handle());
+    /// let mine = reminders.of("vehicle", "0012.01214");
+    /// system.block_on(mine.remind("report", SystemTime::now(), Some(Duration::from_secs(60)))).unwrap();
+    /// assert_eq!(system.block_on(mine.list()).unwrap()[0].name, "report");
+    /// # system.shutdown(Duration::from_secs(5)).unwrap();
+    /// ```
+    pub fn of(&self, kind: &str, id: &str) -> ActorReminders {
+        ActorReminders {
+            reminders: self.clone(),
+            kind: kind.to_string(),
+            id: id.to_string(),
+        }
+    }
+
     /// Polls done so far (each looks for due reminders once).
     pub fn polls(&self) -> u64 {
         self.shared.polls.load(Ordering::SeqCst)
@@ -205,6 +227,39 @@ impl Reminders {
     /// Reminders this node has fired.
     pub fn fired(&self) -> u64 {
         self.shared.fired.load(Ordering::SeqCst)
+    }
+}
+
+/// One actor's reminders ([`Reminders::of`]).
+#[derive(Clone)]
+pub struct ActorReminders {
+    reminders: Reminders,
+    kind: String,
+    id: String,
+}
+
+impl ActorReminders {
+    /// Reminds this actor with `name` at `first`, then every `every` (once
+    /// if `None`); replaces a reminder of the same name.
+    pub async fn remind(
+        &self,
+        name: &str,
+        first: SystemTime,
+        every: Option<Duration>,
+    ) -> Result<(), JournalError> {
+        self.reminders
+            .remind(&self.kind, &self.id, name, first, every)
+            .await
+    }
+
+    /// Cancels this actor's reminder `name`; `true` if there was one.
+    pub async fn cancel(&self, name: &str) -> Result<bool, JournalError> {
+        self.reminders.cancel(&self.kind, &self.id, name).await
+    }
+
+    /// This actor's reminders.
+    pub async fn list(&self) -> Result<Vec<ReminderRecord>, JournalError> {
+        self.reminders.list(&self.kind, &self.id).await
     }
 }
 
