@@ -96,9 +96,6 @@ public final class Persist {
                 "    user = \"postgres\"",
                 "    password = \"\"",
                 "    driver = \"org.postgresql.Driver\"",
-                "    numThreads = 8",
-                "    maxConnections = 8",
-                "    minConnections = 1",
                 "  }",
                 "}"))
         .withFallback(ConfigFactory.load());
