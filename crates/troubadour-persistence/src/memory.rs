@@ -118,20 +118,7 @@ impl Journal for MemoryStore {
     fn append(&self, append: Append) -> StoreFuture<'_, ()> {
         self.with(move |ids| {
             let h = ids.entry(append.persistence_id.clone()).or_default();
-            if h.epoch > append.epoch {
-                return Err(JournalError::Fenced {
-                    persistence_id: append.persistence_id,
-                    epoch: append.epoch,
-                    current: h.epoch,
-                });
-            }
-            if append.first_sequence != h.highest + 1 {
-                return Err(JournalError::SequenceConflict {
-                    persistence_id: append.persistence_id,
-                    attempted: append.first_sequence,
-                    highest: h.highest,
-                });
-            }
+            crate::store::check_append(&append, h.highest, h.epoch)?;
             h.epoch = append.epoch;
             for (i, event) in append.events.into_iter().enumerate() {
                 let sequence = append.first_sequence + i as u64;

@@ -568,25 +568,11 @@ async fn run_batch(
                 answers.push(Pending::Fence(reply, result));
             }
             Write::Append(append, reply) => {
-                let result = if s.epoch > append.epoch {
-                    Err(JournalError::Fenced {
-                        persistence_id: append.persistence_id.clone(),
-                        epoch: append.epoch,
-                        current: s.epoch,
-                    })
-                } else if append.first_sequence != s.highest + 1 {
-                    Err(JournalError::SequenceConflict {
-                        persistence_id: append.persistence_id.clone(),
-                        attempted: append.first_sequence,
-                        highest: s.highest,
-                    })
-                } else {
+                let result = crate::store::check_append(&append, s.highest, s.epoch);
+                if result.is_ok() {
                     s.highest += append.events.len() as u64;
                     s.epoch = append.epoch;
                     s.changed = true;
-                    Ok(())
-                };
-                if result.is_ok() {
                     appends.push(append);
                 }
                 answers.push(Pending::Unit(reply, result));

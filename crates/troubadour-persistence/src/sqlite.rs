@@ -564,20 +564,7 @@ fn append_events(conn: &Connection, known: &mut Known, append: Append) -> Result
         return Ok(());
     }
     let standing = known.standing(conn, &append.persistence_id)?;
-    if standing.epoch > append.epoch {
-        return Err(JournalError::Fenced {
-            persistence_id: append.persistence_id,
-            epoch: append.epoch,
-            current: standing.epoch,
-        });
-    }
-    if append.first_sequence != standing.highest + 1 {
-        return Err(JournalError::SequenceConflict {
-            persistence_id: append.persistence_id,
-            attempted: append.first_sequence,
-            highest: standing.highest,
-        });
-    }
+    crate::store::check_append(&append, standing.highest, standing.epoch)?;
     let last = standing.highest + append.events.len() as u64;
     if append.epoch > standing.epoch {
         // A writer that never fenced (or a newer epoch): remember it, so

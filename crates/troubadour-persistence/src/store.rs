@@ -111,3 +111,26 @@ pub trait SnapshotStore: Send + Sync + 'static {
     /// below `below`.
     fn delete_below(&self, persistence_id: &str, below: u64) -> StoreFuture<'_, ()>;
 }
+
+/// The journal's rules for an append, given where the id stands (its
+/// highest sequence number and the highest epoch seen): refused with
+/// [`JournalError::Fenced`] from an older epoch, with
+/// [`JournalError::SequenceConflict`] unless it starts right after the
+/// highest. Every store decides with this, before writing anything.
+pub fn check_append(append: &Append, highest: u64, epoch: u64) -> Result<(), JournalError> {
+    if epoch > append.epoch {
+        return Err(JournalError::Fenced {
+            persistence_id: append.persistence_id.clone(),
+            epoch: append.epoch,
+            current: epoch,
+        });
+    }
+    if append.first_sequence != highest + 1 {
+        return Err(JournalError::SequenceConflict {
+            persistence_id: append.persistence_id.clone(),
+            attempted: append.first_sequence,
+            highest,
+        });
+    }
+    Ok(())
+}
