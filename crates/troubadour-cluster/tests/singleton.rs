@@ -94,10 +94,9 @@ fn node(ca: &DevCa, name: &str, store: &Arc<MemoryLeaseStore>, census: &Arc<Cens
 }
 
 fn settled(nodes: &[&Node], members: usize) -> bool {
-    nodes.iter().all(|n| {
-        let status = n.system.block_on(n.cluster.status());
-        status.is_ok_and(|s| s.members.len() == members && s.balanced)
-    })
+    nodes
+        .iter()
+        .all(|n| common::settled_at(&n.system, &n.cluster, members))
 }
 
 fn where_is(n: &Node) -> String {

@@ -46,6 +46,16 @@ pub fn fast_membership() -> MembershipConfig {
         .suspect_to_down_after(Duration::from_secs(1))
 }
 
+/// Whether `cluster` sees `members` members and balanced shards.
+pub fn settled_at(
+    system: &ActorSystem,
+    cluster: &troubadour_cluster::Cluster,
+    members: usize,
+) -> bool {
+    let status = system.block_on(cluster.status());
+    status.is_ok_and(|s| s.members.len() == members && s.balanced)
+}
+
 /// Waits until `cond` holds; fails the test after `GUARD`.
 pub fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     let start = std::time::Instant::now();
