@@ -397,11 +397,7 @@ fn run_pekko(args: &Args) -> Result<String, String> {
         .ok_or("the Pekko peer printed no result")?;
     let field = |name: &str| -> Option<f64> {
         let at = line.find(&format!("\"{name}\":"))? + name.len() + 3;
-        line[at..]
-            .split([',', '}'])
-            .next()?
-            .parse()
-            .ok()
+        line[at..].split([',', '}']).next()?.parse().ok()
     };
     if !line.contains("\"ok\":true") {
         return Err(format!("the Pekko peer failed: {line}"));
