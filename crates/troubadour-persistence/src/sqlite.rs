@@ -139,6 +139,8 @@ pub struct SqliteStore {
 struct Channels {
     writes: Sender<Write>,
     reads: Sender<Read>,
+    /// Dropped with the last clone: the checkpointer stops.
+    _checkpoints: Sender<()>,
     path: PathBuf,
 }
 
@@ -191,6 +193,9 @@ impl SqliteStore {
             // The writer's pages stay cached between batches instead of
             // being read back from the file (SQLite's default is 2 MiB).
             .and_then(|_| writer.pragma_update(None, "cache_size", -(options.cache_kib as i64)))
+            // Checkpoints run on their own thread (below), not inside the
+            // writer's commits.
+            .and_then(|_| writer.pragma_update(None, "wal_autocheckpoint", 0))
             .and_then(|_| writer.execute_batch(SCHEMA))
             .and_then(|_| match options.max_size {
                 Some(bytes) => {
@@ -208,6 +213,16 @@ impl SqliteStore {
             .name("troubadour-sqlite-writer".into())
             .spawn(move || write_loop(writer, write_queue, max_batch))
             .map_err(|e| JournalError::Unavailable(format!("cannot start the writer: {e}")))?;
+        let checkpointer = Connection::open(&path)
+            .and_then(|c| c.busy_timeout(options.busy_timeout).map(|_| c))
+            .map_err(|e| opening(&path, e))?;
+        let (checkpoints, stop) = crossbeam_channel::bounded::<()>(0);
+        std::thread::Builder::new()
+            .name("troubadour-sqlite-checkpointer".into())
+            .spawn(move || checkpoint_loop(checkpointer, stop))
+            .map_err(|e| {
+                JournalError::Unavailable(format!("cannot start the checkpointer: {e}"))
+            })?;
         for i in 0..options.readers.max(1) {
             let reader = Connection::open_with_flags(
                 &path,
@@ -225,6 +240,7 @@ impl SqliteStore {
             inner: Arc::new(Channels {
                 writes,
                 reads,
+                _checkpoints: checkpoints,
                 path,
             }),
         })
@@ -613,6 +629,28 @@ fn delete_to(conn: &Connection, known: &mut Known, id: &str, to: u64) -> Result<
     )
     .map(|_| ())
     .map_err(store_error)
+}
+
+/// How often the WAL is copied back into the database file.
+const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
+
+/// Copies the WAL into the database file every [`CHECKPOINT_EVERY`]
+/// (SQLite's passive checkpoint: it never blocks the writer or the
+/// readers), so the writer's commits never do it themselves; a final one
+/// when the store is dropped.
+fn checkpoint_loop(conn: Connection, stop: Receiver<()>) {
+    loop {
+        let stopping = matches!(
+            stop.recv_timeout(CHECKPOINT_EVERY),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        );
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(error = %e, "SQLite checkpoint failed; the WAL grows until one succeeds");
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 fn read_loop(conn: Connection, queue: Receiver<Read>) {
