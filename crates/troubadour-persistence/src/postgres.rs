@@ -380,12 +380,7 @@ async fn read_batch(pool: &Pool, reads: Vec<(Read, Reply<Answer>)>) {
                     per[i].push(EventRecord {
                         sequence: row.get::<_, i64>(1) as u64,
                         epoch: row.get::<_, i64>(2) as u64,
-                        event: StoredEvent {
-                            type_name: row.get(3),
-                            version: row.get::<_, i32>(4) as u32,
-                            codec: row.get(5),
-                            payload: row.get(6),
-                        },
+                        event: stored_event(&row, 3),
                     });
                 }
                 for ((.., reply), events) in replays.into_iter().zip(per) {
@@ -420,12 +415,7 @@ async fn read_batch(pool: &Pool, reads: Vec<(Read, Reply<Answer>)>) {
                             row.get::<_, String>(0),
                             SnapshotRecord {
                                 sequence: row.get::<_, i64>(1) as u64,
-                                state: StoredEvent {
-                                    type_name: row.get(2),
-                                    version: row.get::<_, i32>(3) as u32,
-                                    codec: row.get(4),
-                                    payload: row.get(5),
-                                },
+                                state: stored_event(row, 2),
                             },
                         )
                     })
@@ -678,6 +668,16 @@ async fn run_batch(
     tx.commit().await.map_err(pg_error)
 }
 
+/// The four columns (type name, version, codec, payload) from `first` on.
+fn stored_event(row: &tokio_postgres::Row, first: usize) -> StoredEvent {
+    StoredEvent {
+        type_name: row.get(first),
+        version: row.get::<_, i32>(first + 1) as u32,
+        codec: row.get(first + 2),
+        payload: row.get(first + 3),
+    }
+}
+
 fn no_connection(e: deadpool_postgres::PoolError) -> JournalError {
     JournalError::Unavailable(format!("no connection to PostgreSQL: {e}"))
 }
@@ -729,12 +729,7 @@ impl crate::write_behind::StateStore for PostgresStore {
                 )
                 .await
                 .map_err(pg_error)?;
-            Ok(row.map(|row| StoredEvent {
-                type_name: row.get(0),
-                version: row.get::<_, i32>(1) as u32,
-                codec: row.get(2),
-                payload: row.get(3),
-            }))
+            Ok(row.map(|row| stored_event(&row, 0)))
         })
     }
 }

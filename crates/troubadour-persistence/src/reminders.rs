@@ -21,7 +21,7 @@ use crate::error::JournalError;
 use crate::store::StoreFuture;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock, Weak};
+use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use troubadour::Message;
 
@@ -96,8 +96,6 @@ struct Shared {
     owns: RwLock<Owns>,
     polls: AtomicU64,
     fired: AtomicU64,
-    /// Why the last poll failed, if it did.
-    last_error: Mutex<Option<JournalError>>,
 }
 
 /// How many due reminders one poll takes.
@@ -142,7 +140,6 @@ impl Reminders {
             owns: RwLock::new(Arc::new(|_, _| true)),
             polls: AtomicU64::new(0),
             fired: AtomicU64::new(0),
-            last_error: Mutex::new(None),
         });
         runtime.spawn(poll_loop(Arc::downgrade(&shared), poll));
         Reminders { shared }
@@ -269,7 +266,6 @@ async fn poll_loop(shared: Weak<Shared>, poll: Duration) {
         let Some(s) = shared.upgrade() else { return };
         if let Err(e) = poll_once(&s).await {
             tracing::warn!(error = %e, "reminders: a poll failed; trying again");
-            *s.last_error.lock().unwrap() = Some(e);
         }
         s.polls.fetch_add(1, Ordering::SeqCst);
     }

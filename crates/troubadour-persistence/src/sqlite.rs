@@ -689,12 +689,7 @@ fn replay(
             Ok(EventRecord {
                 sequence: row.get::<_, i64>(0)? as u64,
                 epoch: row.get::<_, i64>(1)? as u64,
-                event: StoredEvent {
-                    type_name: row.get(2)?,
-                    version: row.get(3)?,
-                    codec: row.get(4)?,
-                    payload: row.get(5)?,
-                },
+                event: stored_event(row, 2)?,
             })
         })
         .map_err(store_error)?;
@@ -711,12 +706,7 @@ fn latest(conn: &Connection, id: &str) -> Result<Option<SnapshotRecord>, Journal
     .query_row(params![id], |row| {
         Ok(SnapshotRecord {
             sequence: row.get::<_, i64>(0)? as u64,
-            state: StoredEvent {
-                type_name: row.get(1)?,
-                version: row.get(2)?,
-                codec: row.get(3)?,
-                payload: row.get(4)?,
-            },
+            state: stored_event(row, 1)?,
         })
     })
     .optional()
@@ -742,16 +732,19 @@ fn read_state(conn: &Connection, key: &str) -> Result<Option<StoredEvent>, Journ
         "SELECT type_name, version, codec, payload FROM troubadour_states WHERE key = ?1",
     )
     .map_err(store_error)?
-    .query_row(params![key], |row| {
-        Ok(StoredEvent {
-            type_name: row.get(0)?,
-            version: row.get(1)?,
-            codec: row.get(2)?,
-            payload: row.get(3)?,
-        })
-    })
+    .query_row(params![key], |row| stored_event(row, 0))
     .optional()
     .map_err(|e| corrupt_row(key, e))
+}
+
+/// The four columns (type name, version, codec, payload) from `first` on.
+fn stored_event(row: &rusqlite::Row<'_>, first: usize) -> rusqlite::Result<StoredEvent> {
+    Ok(StoredEvent {
+        type_name: row.get(first)?,
+        version: row.get(first + 1)?,
+        codec: row.get(first + 2)?,
+        payload: row.get(first + 3)?,
+    })
 }
 
 /// A row whose columns do not read as their types: a broken store, not
