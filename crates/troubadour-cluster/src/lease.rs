@@ -128,7 +128,9 @@ pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, LeaseError>>
 /// each operation atomically.
 ///
 /// Implementations: [`MemoryLeaseStore`](crate::MemoryLeaseStore) (one
-/// process, tests and simulations); PostgreSQL and others as they land.
+/// process, tests and simulations); `PostgresLeaseStore` (feature
+/// `postgres`, across machines); `SqliteLeaseStore` (feature `sqlite`,
+/// node processes on one machine).
 pub trait LeaseStore: Send + Sync + 'static {
     /// Joins the cluster's store: the first node fixes the shard count,
     /// later ones must bring the same ([`LeaseError::ShardCountMismatch`]).

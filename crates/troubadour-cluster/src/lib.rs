@@ -18,8 +18,10 @@
 //! * [`discovery`]: where a starting node finds others to join through (a
 //!   static list, DNS, the Kubernetes API, or a source of the user's).
 //!
-//! Shard regions with virtual actors, handoff, passivation and the
-//! PostgreSQL store build on these; cluster-wide groups ([`Group`], like
+//! Shard regions with virtual actors, handoff, passivation, the
+//! PostgreSQL store (feature `postgres`, for clusters across machines) and
+//! the SQLite store (feature `sqlite`, for node processes on one machine)
+//! build on these; cluster-wide groups ([`Group`], like
 //! Erlang's `pg`) use membership alone.
 
 #![warn(missing_docs)]
@@ -38,7 +40,11 @@ pub mod placement;
 #[cfg(feature = "postgres")]
 mod postgres_store;
 mod region;
+#[cfg(any(feature = "postgres", feature = "sqlite"))]
+mod renewals;
 pub mod shard;
+#[cfg(feature = "sqlite")]
+mod sqlite_store;
 mod tasks;
 
 pub use cluster::{
@@ -55,3 +61,5 @@ pub use memory_store::{MemoryLeaseStore, StoreChange, StoreClock, StoreRecord};
 pub use postgres_store::PostgresLeaseStore;
 pub use region::HostedShard;
 pub use shard::{ShardCount, ShardId};
+#[cfg(feature = "sqlite")]
+pub use sqlite_store::SqliteLeaseStore;

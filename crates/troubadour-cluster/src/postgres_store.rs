@@ -3,16 +3,9 @@
 //!
 //! PostgreSQL's clocks are wall clocks, and a lease timed by one would run
 //! out early when it jumps forward, letting a claim through while its
-//! owner still serves. So no time is stored. A lease row holds a counter
-//! its node bumps on every renewal; each node's store client notes, by its
-//! own monotonic clock, when it first saw each counter value, and takes a
-//! lease for expired once its value has not changed for its time to live.
-//! A claim names the stale value it saw, and the update succeeds only if
-//! the owner's counter still has it: a renewal the claimant missed makes
-//! the claim fail. The owner's own validity ([`LocalLease`]) runs from the
-//! send time of its last successful renewal, which committed before any
-//! claimant could first see the new value, so every claimant's wait ends
-//! after the owner has stopped, whatever any wall clock does.
+//! owner still serves. So no time is stored: leases are renewal counters
+//! that each client times by its own monotonic clock (`renewals.rs` has
+//! the argument), and a claim names the counter value it saw expire.
 //!
 //! Tables (created by [`LeaseStore::join`] if missing): `troubadour_cluster`
 //! (the shard count), `troubadour_leases` (node, incarnation, counter,
@@ -23,12 +16,11 @@
 use crate::lease::{
     Assignment, LeaseError, LeaseInfo, LeaseStore, NodeKey, StoreFuture, StoreView,
 };
+use crate::renewals::SeenRenewals;
 use crate::shard::{ShardCount, ShardId};
 use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
-use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_postgres::NoTls;
 
@@ -48,8 +40,7 @@ use tokio_postgres::NoTls;
 pub struct PostgresLeaseStore {
     pool: Pool,
     runtime: tokio::runtime::Handle,
-    /// Each lease's counter as this client last saw it, since when.
-    seen: Arc<Mutex<HashMap<NodeKey, (i64, Instant)>>>,
+    seen: SeenRenewals,
 }
 
 impl PostgresLeaseStore {
@@ -69,7 +60,7 @@ impl PostgresLeaseStore {
         let store = PostgresLeaseStore {
             pool,
             runtime: tokio::runtime::Handle::current(),
-            seen: Arc::default(),
+            seen: SeenRenewals::default(),
         };
         // Reach the server once now, so a wrong address fails here.
         store
@@ -103,17 +94,6 @@ impl PostgresLeaseStore {
                 )))
             })
         })
-    }
-
-    /// How long `node`'s lease has left by this client's clock, given the
-    /// counter read now.
-    fn observe(&self, node: &NodeKey, counter: i64, ttl: Duration, now: Instant) -> Duration {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let entry = seen.entry(node.clone()).or_insert((counter, now));
-        if entry.0 != counter {
-            *entry = (counter, now);
-        }
-        ttl.saturating_sub(now.saturating_duration_since(entry.1))
     }
 }
 
@@ -291,7 +271,7 @@ impl LeaseStore for PostgresLeaseStore {
                 .map(|row| {
                     let node = NodeKey::new(row.get::<_, String>(0), row.get::<_, i64>(1) as u64);
                     let ttl = Duration::from_millis(row.get::<_, i64>(3).max(0) as u64);
-                    let remaining = me.observe(&node, row.get(2), ttl, now);
+                    let remaining = me.seen.observe(&node, row.get(2), ttl, now);
                     LeaseInfo { node, remaining }
                 })
                 .collect();
@@ -325,11 +305,6 @@ impl LeaseStore for PostgresLeaseStore {
             // seen unchanged for its whole time to live.
             let stale = match (&assignment.owner, owner_counter) {
                 (Some(owner), Some(counter)) if !assignment.released && *owner != by => {
-                    let seen = me.seen.lock().unwrap_or_else(|p| p.into_inner()).get(owner).copied();
-                    match seen {
-                        Some((c, _)) if c == counter => {}
-                        _ => return Err(LeaseError::Conflict(assignment)),
-                    }
                     let ttl_row = client
                         .query_one(
                             "SELECT ttl_ms FROM troubadour_leases WHERE name = $1 AND incarnation = $2",
@@ -338,7 +313,7 @@ impl LeaseStore for PostgresLeaseStore {
                         .await
                         .map_err(unavailable)?;
                     let ttl = Duration::from_millis(ttl_row.get::<_, i64>(0).max(0) as u64);
-                    if !me.observe(owner, counter, ttl, Instant::now()).is_zero() {
+                    if !me.seen.expired_at(owner, counter, ttl) {
                         return Err(LeaseError::Conflict(assignment));
                     }
                     counter

@@ -10,134 +10,30 @@ use troubadour_cluster::{
 
 mod postgres;
 use postgres::Server;
+mod store_rules;
+use store_rules::TTL;
 
 fn shard(n: u32) -> ShardId {
     ShardId::new(n)
 }
 
-const TTL: Duration = Duration::from_millis(600);
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rules_of_the_lease_store_hold_in_postgresql() {
     let server = Server::start();
-    let a_store = PostgresLeaseStore::connect(&server.url()).await.unwrap();
-    let b_store = PostgresLeaseStore::connect(&server.url()).await.unwrap();
-    let (a, b) = (NodeKey::new("a", 1), NodeKey::new("b", 2));
-    a_store.join(ShardCount::new(8).unwrap()).await.unwrap();
-    b_store.join(ShardCount::new(8).unwrap()).await.unwrap();
-    let refused = b_store.join(ShardCount::DEFAULT).await.unwrap_err();
-    assert!(
-        matches!(refused, LeaseError::ShardCountMismatch { .. }),
-        "{refused:?}"
-    );
-    // No claim without a lease.
-    assert_eq!(
-        a_store.claim(shard(0), &a, 0).await,
-        Err(LeaseError::NotLeased(a.clone()))
-    );
-    a_store.renew(&a, TTL).await.unwrap();
-    b_store.renew(&b, TTL).await.unwrap();
-    let got = a_store.claim(shard(0), &a, 0).await.unwrap();
-    assert_eq!((got.owner.clone(), got.epoch), (Some(a.clone()), 1));
-    // b sees a's lease fresh: no claim while it is valid.
-    let view = b_store.view().await.unwrap();
-    assert!(view.is_leased(&a));
-    assert!(matches!(
-        b_store.claim(shard(0), &b, 1).await,
-        Err(LeaseError::Conflict(_))
-    ));
-    // A renewal b did not see makes b's claim fail, however long b has
-    // watched the old counter.
-    b_store.view().await.unwrap();
-    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
-    a_store.renew(&a, TTL).await.unwrap();
-    b_store.renew(&b, TTL).await.unwrap();
-    assert!(matches!(
-        b_store.claim(shard(0), &b, 1).await,
-        Err(LeaseError::Conflict(_))
-    ));
-    // a stops renewing: once b has seen its counter unchanged for the
-    // time to live, b's claim wins, at the next epoch.
-    b_store.view().await.unwrap();
-    tokio::time::sleep(TTL + Duration::from_millis(100)).await;
-    b_store.renew(&b, TTL).await.unwrap();
-    let view = b_store.view().await.unwrap();
-    assert!(!view.is_leased(&a));
-    let got = b_store.claim(shard(0), &b, 1).await.unwrap();
-    assert_eq!((got.owner.clone(), got.epoch), (Some(b.clone()), 2));
-    // A stale epoch loses.
-    assert!(matches!(
-        a_store.claim(shard(0), &a, 1).await,
-        Err(LeaseError::Conflict(_))
-    ));
-    // Only the owner at its epoch releases; a released shard is claimable.
-    assert!(matches!(
-        a_store.release(shard(0), &a, 2).await,
-        Err(LeaseError::Conflict(_))
-    ));
-    assert!(b_store.release(shard(0), &b, 2).await.unwrap().released);
-    a_store.renew(&a, TTL).await.unwrap();
-    assert_eq!(a_store.claim(shard(0), &a, 2).await.unwrap().epoch, 3);
-    // A leave releases everything of the node and ends its lease.
-    a_store.leave(&a).await.unwrap();
-    let view = b_store.view().await.unwrap();
-    assert!(view.assignments[0].released && !view.is_leased(&a));
-    assert_eq!(b_store.claim(shard(0), &b, 3).await.unwrap().epoch, 4);
-    assert_eq!(
-        a_store.claim(shard(9), &a, 0).await,
-        Err(LeaseError::NoSuchShard(shard(9)))
-    );
+    let a = PostgresLeaseStore::connect(&server.url()).await.unwrap();
+    let b = PostgresLeaseStore::connect(&server.url()).await.unwrap();
+    store_rules::the_rules_hold(a, b).await;
 }
 
-/// Eight clients race to claim four shards from the epochs they read, and
-/// hand each shard back when they hold it: every (shard, epoch) has one
-/// winner and the epochs have no gap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_claims_have_one_winner_per_epoch_in_postgresql() {
     let server = Server::start();
-    let first = PostgresLeaseStore::connect(&server.url()).await.unwrap();
-    first.join(ShardCount::new(4).unwrap()).await.unwrap();
-    let mut tasks = Vec::new();
-    for i in 0..8u64 {
-        let url = server.url();
-        tasks.push(tokio::spawn(async move {
-            let store = PostgresLeaseStore::connect(&url).await.unwrap();
-            let me = NodeKey::new(format!("n{i}"), i);
-            store.renew(&me, Duration::from_secs(3600)).await.unwrap();
-            let mut won = Vec::new();
-            for round in 0..40u32 {
-                let s = shard(round % 4);
-                let view = store.view().await.unwrap();
-                let seen = view.assignments[s.get() as usize].clone();
-                if seen.owner.as_ref() == Some(&me) && !seen.released {
-                    let _ = store.release(s, &me, seen.epoch).await;
-                    continue;
-                }
-                if let Ok(got) = store.claim(s, &me, seen.epoch).await {
-                    won.push((s.get(), got.epoch));
-                }
-            }
-            won
-        }));
-    }
-    let mut all = Vec::new();
-    for t in tasks {
-        all.extend(t.await.unwrap());
-    }
-    all.sort();
-    let total = all.len();
-    all.dedup();
-    assert_eq!(all.len(), total, "two clients won one epoch of a shard");
-    let view = first.view().await.unwrap();
-    for s in 0..4u32 {
-        let epochs: Vec<u64> = all
-            .iter()
-            .filter(|(sh, _)| *sh == s)
-            .map(|(_, e)| *e)
-            .collect();
-        let last = view.assignments[s as usize].epoch;
-        assert_eq!(epochs, (1..=last).collect::<Vec<_>>(), "shard {s}");
-    }
+    let url = server.url();
+    store_rules::racing_claims_have_one_winner_per_epoch(|| {
+        let url = url.clone();
+        async move { PostgresLeaseStore::connect(&url).await.unwrap() }
+    })
+    .await;
 }
 
 /// While the server is down every operation fails as unavailable (a node
