@@ -559,6 +559,7 @@ impl Cluster {
             entities: s.entities,
             waiting: s.waiting,
             balanced: s.balanced,
+            failovers: s.failovers,
         })
     }
 }
@@ -591,6 +592,10 @@ pub struct ClusterStatus {
     /// over the live members (no shard to claim or hand over): a cluster
     /// whose nodes are all balanced has settled.
     pub balanced: bool,
+    /// Shards this node took over from lost nodes (owners that neither
+    /// handed them over nor stayed live) since it started: each is a
+    /// failover.
+    pub failovers: u64,
 }
 
 /// A hosted shard. See [`ClusterStatus`].

@@ -178,7 +178,8 @@ pub(crate) enum Event {
         read: u64,
         view: Result<StoreView, LeaseError>,
     },
-    Claimed(ShardId, Result<Assignment, LeaseError>),
+    /// A claim's answer; `true` if it took the shard from a lost node.
+    Claimed(ShardId, bool, Result<Assignment, LeaseError>),
     Released(ShardId),
     Found(NodeKey, Result<ActorRef<Region>, LookupError>),
     Answered(DeferredReply<Answer>, Answer),
@@ -218,6 +219,8 @@ pub(crate) struct Region {
     left: bool,
     /// The last view needed no move to or from this node.
     balanced: bool,
+    /// Shards taken over from lost nodes.
+    failovers: u64,
     /// Where this region last sent each shard's messages, with an entity
     /// of the shard (a flush down that path is routed by its id).
     sent_to: HashMap<ShardId, (Target, String)>,
@@ -299,6 +302,7 @@ pub(crate) struct RegionStatus {
     pub entities: usize,
     pub waiting: usize,
     pub balanced: bool,
+    pub failovers: u64,
 }
 
 /// Read the store again for the shards messages wait on.
@@ -346,6 +350,7 @@ impl Region {
             leave_waiters: Vec::new(),
             left: false,
             balanced: false,
+            failovers: 0,
             sent_to: HashMap::new(),
             departure: None,
             moving: HashMap::new(),
@@ -580,7 +585,10 @@ impl Region {
             }
             let a = &view.assignments[m.shard.get() as usize];
             if m.to == self.key.name && m.from.is_none() && !self.leaving {
-                self.claim(m.shard, a.epoch, ctx);
+                // An owner that neither released the shard nor is live:
+                // a node lost, whose shard this claim takes over.
+                let failover = !a.released && a.owner.as_ref().is_some_and(|o| *o != self.key);
+                self.claim(m.shard, a.epoch, failover, ctx);
             } else if m.from.as_deref() == Some(self.key.name.as_str()) {
                 // (A shard the store gives this node but that it does not
                 // host is released at once: nothing runs to stop.)
@@ -610,7 +618,7 @@ impl Region {
                     && !self.hosted.contains_key(&shard)
                     && !self.in_flight.contains_key(&shard)
                 {
-                    self.claim(shard, a.epoch, ctx);
+                    self.claim(shard, a.epoch, false, ctx);
                 }
             }
         }
@@ -709,12 +717,16 @@ impl Region {
         }
     }
 
-    fn claim(&mut self, shard: ShardId, seen: u64, ctx: &mut Context<Self>) {
+    /// Claims `shard` from epoch `seen`; `failover` when it takes the
+    /// shard from a lost node.
+    fn claim(&mut self, shard: ShardId, seen: u64, failover: bool, ctx: &mut Context<Self>) {
         self.in_flight.insert(shard, ());
         let store = self.setup.store.clone();
         let key = self.key.clone();
         self.start_task(
-            Box::pin(async move { Event::Claimed(shard, store.claim(shard, &key, seen).await) }),
+            Box::pin(async move {
+                Event::Claimed(shard, failover, store.claim(shard, &key, seen).await)
+            }),
             ctx,
         );
     }
@@ -722,6 +734,7 @@ impl Region {
     fn on_claimed(
         &mut self,
         shard: ShardId,
+        failover: bool,
         result: Result<Assignment, LeaseError>,
         ctx: &mut Context<Self>,
     ) {
@@ -731,7 +744,8 @@ impl Region {
         self.applied_read = self.reads;
         match result {
             Ok(a) if self.lease_valid(ctx) => {
-                tracing::info!(target: "troubadour::cluster", shard = shard.get(), epoch = a.epoch, "shard claimed");
+                tracing::info!(target: "troubadour::cluster", shard = shard.get(), epoch = a.epoch, failover, "shard claimed");
+                self.failovers += u64::from(failover);
                 if let Some(view) = &mut self.view {
                     view.assignments[shard.get() as usize] = a.clone();
                 }
@@ -1323,6 +1337,7 @@ impl Region {
             entities: self.hosted.values().map(|h| h.entities.len()).sum(),
             waiting: self.waiting_len,
             balanced: self.balanced && self.in_flight.is_empty(),
+            failovers: self.failovers,
         }
     }
 
@@ -1420,7 +1435,9 @@ impl Region {
                 self.viewing = false;
                 self.on_view(read, view, ctx);
             }
-            Event::Claimed(shard, result) => self.on_claimed(shard, result, ctx),
+            Event::Claimed(shard, failover, result) => {
+                self.on_claimed(shard, failover, result, ctx)
+            }
             Event::Released(shard) => {
                 tracing::info!(target: "troubadour::cluster", shard = shard.get(), "shard handed off");
                 self.in_flight.remove(&shard);

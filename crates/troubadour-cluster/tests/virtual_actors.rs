@@ -348,6 +348,17 @@ fn after_its_owner_crashes_an_entity_answers_from_another_node_within_the_lease_
             )
             .unwrap();
         assert_eq!(still, host, "placement had settled");
+        let failovers = |net: &mut SimNetwork| -> u64 {
+            (0..3)
+                .filter(|&i| i != victim)
+                .map(|i| net.block_on(t.clusters[i].status()).unwrap().failovers)
+                .sum()
+        };
+        assert_eq!(
+            failovers(net),
+            0,
+            "shards so far were only claimed fresh or handed over"
+        );
         let crashed_at = net.now();
         net.crash(victim);
         // A client asking again and again, as the failover benchmark
@@ -380,6 +391,10 @@ fn after_its_owner_crashes_an_entity_answers_from_another_node_within_the_lease_
             )
             .unwrap();
         assert_ne!(new_host, host);
+        assert!(
+            failovers(net) >= 1,
+            "the entity's shard was taken over from the lost node"
+        );
     });
 }
 
@@ -568,8 +583,12 @@ fn a_node_that_leaves_hands_its_shards_over_within_a_second() {
             after.leaving && after.shards.is_empty() && !after.lease_valid,
             "{after:?}"
         );
-        // Never two at once, and the store gave every shard a new owner.
+        // Never two at once, and the store gave every shard a new owner,
+        // by handoff: none was a failover.
         assert_eq!(t.alive.lock().unwrap().most[&id], 1);
+        for c in &t.clusters[..2] {
+            assert_eq!(net.block_on(c.status()).unwrap().failovers, 0);
+        }
         let view = net.block_on(t.store.view()).unwrap();
         assert!(view
             .assignments

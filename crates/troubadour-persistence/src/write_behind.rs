@@ -116,6 +116,14 @@ impl WriteBehind {
         flush_once(&self.shared).await
     }
 
+    /// Asks for a flush now rather than at the end of the period, without
+    /// waiting for it (from a `stopped` hook, say: a passivated actor's
+    /// last state goes to the store at once). Requests made while one is
+    /// pending are one flush.
+    pub fn flush_soon(&self) {
+        self.shared.now.notify_one();
+    }
+
     /// Writes what is pending; the flusher stops once the last clone is
     /// dropped. Call before the process exits on purpose.
     pub async fn close(self) -> Result<(), JournalError> {
@@ -288,7 +296,7 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
         if *completed.borrow() >= self.queued_for {
             return Ok(());
         }
-        self.behind.shared.now.notify_one();
+        self.behind.flush_soon();
         completed
             .wait_for(|c| *c >= self.queued_for)
             .await

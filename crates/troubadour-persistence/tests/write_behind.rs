@@ -219,6 +219,33 @@ fn flushed_returns_once_the_last_change_is_durable() {
     assert_eq!(stored.value, 5);
 }
 
+/// A passivating actor's last state need not wait for the period:
+/// `flush_soon` (from its `stopped` hook) starts a flush at once.
+#[test]
+fn flush_soon_writes_without_waiting_for_the_period() {
+    let system = ActorSystem::new();
+    let store = MemoryStore::new();
+    let behind = WriteBehind::start(store.clone(), NEVER, system.tokio_handle());
+    let s = sensor(&system, &behind, "soon");
+    s.ask(Set(9)).timeout(LIVENESS).wait().unwrap();
+    let wanted = behind.generation();
+    let mut completed = behind.completed();
+    behind.flush_soon();
+    system
+        .block_on(async {
+            tokio::time::timeout(LIVENESS, completed.wait_for(|c| *c >= wanted)).await
+        })
+        .expect("a flush started within the liveness bound, not after the hour's period")
+        .unwrap();
+    let stored: Reading = system
+        .block_on(store.read_state("soon"))
+        .unwrap()
+        .unwrap()
+        .decode_as()
+        .unwrap();
+    assert_eq!(stored.value, 9);
+}
+
 // ---- kill -9: the crash bound -------------------------------------------------
 
 const CHILD_ENV: &str = "TROUBADOUR_WRITE_BEHIND_CHILD";
