@@ -168,9 +168,11 @@ impl App {
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
         let (subscribed, is_subscribed) = oneshot::channel();
+        let (to, m) = (fleet.clone(), metrics.clone());
         tasks.push(tokio::spawn(ingest::run(
             broker.clone(),
-            fleet.clone(),
+            ingest::Subscription::All,
+            move |p| ingest::to_fleet(&to, &m, p),
             metrics.clone(),
             subscribed,
             stopped.clone(),
@@ -194,7 +196,7 @@ impl App {
 
         let router = http::router(Shared {
             system: system.handle(),
-            fleet: fleet.clone(),
+            vehicles: http::Vehicles::Local(fleet.clone()),
             metrics: metrics.clone(),
             updates,
             stop: stopped.clone(),
@@ -290,7 +292,7 @@ pub fn spawn_simulator(
 }
 
 /// Samples positions handled per second into the metrics.
-async fn count_rate(metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
+pub(crate) async fn count_rate(metrics: Arc<Metrics>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut last = metrics.positions_handled.load(Relaxed);
     loop {

@@ -14,7 +14,7 @@
 
 use crate::hfp::Position;
 use crate::metrics::Metrics;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
@@ -32,7 +32,7 @@ impl Message for Position {
 }
 
 /// A vehicle's latest state, as `GET /vehicle` answers it.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct VehicleState {
     /// `<oper>/<veh>`.
     pub id: Arc<str>,
@@ -50,8 +50,39 @@ pub struct VehicleState {
     pub heading: f64,
     /// The vehicle's own timestamp of this position.
     pub timestamp: String,
-    /// Positions this actor (this incarnation) has applied.
+    /// Positions this actor (this incarnation) has applied; in a cluster,
+    /// since the vehicle's first activation, carried across nodes.
     pub updates: u64,
+    /// In a cluster, the node that answered (the vehicle's owner); absent
+    /// from the JSON of a single process.
+    #[serde(default)]
+    pub node: Option<Arc<str>>,
+}
+
+impl Serialize for VehicleState {
+    /// JSON leaves `node` out when there is none (one process: the API is
+    /// as it was before clusters); compact formats, such as the remote
+    /// layer's, have no optional fields and always carry it.
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let with_node = self.node.is_some() || !s.is_human_readable();
+        let mut v = s.serialize_struct("VehicleState", 9 + usize::from(with_node))?;
+        v.serialize_field("id", &self.id)?;
+        v.serialize_field("route", &self.route)?;
+        v.serialize_field("line", &self.line)?;
+        v.serialize_field("lat", &self.lat)?;
+        v.serialize_field("long", &self.long)?;
+        v.serialize_field("speed", &self.speed)?;
+        v.serialize_field("heading", &self.heading)?;
+        v.serialize_field("timestamp", &self.timestamp)?;
+        v.serialize_field("updates", &self.updates)?;
+        if with_node {
+            v.serialize_field("node", &self.node)?;
+        } else {
+            v.skip_field("node")?;
+        }
+        v.end()
+    }
 }
 
 impl VehicleState {
@@ -67,6 +98,7 @@ impl VehicleState {
             heading: p.heading,
             timestamp: p.timestamp,
             updates,
+            node: None,
         }
     }
 }
@@ -172,6 +204,7 @@ impl Handler<StopNow> for Vehicle {
 
 /// Asks a vehicle for its state: `None` right after a restart, until its
 /// next position.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct GetState;
 
 impl Message for GetState {
@@ -199,9 +232,67 @@ pub struct Moved {
     pub line: String,
 }
 
+impl Moved {
+    /// Where `p` puts its vehicle.
+    pub fn of(p: &Position) -> Moved {
+        Moved {
+            id: p.id.clone(),
+            lat: p.lat,
+            long: p.long,
+            heading: p.heading,
+            line: p.line.clone(),
+        }
+    }
+}
+
 /// What changed since the previous batch: JSON
-/// `{"moved":[{id,lat,long,heading,line}…],"gone":[id…]}`.
+/// `{"node":…,"moved":[{id,lat,long,heading,line}…],"gone":[id…]}`, where
+/// `node` (in a cluster) is the node whose vehicles these are.
 pub type MapBatch = Arc<str>;
+
+/// The map's changes since the last batch: the latest move of each
+/// vehicle that moved, and the vehicles that went away.
+#[derive(Default)]
+pub struct MapChanges {
+    moved: HashMap<Arc<str>, Moved>,
+    gone: Vec<Arc<str>>,
+}
+
+impl MapChanges {
+    /// A vehicle moved (replacing its earlier move in this batch).
+    pub fn moved(&mut self, m: Moved) {
+        self.moved.insert(m.id.clone(), m);
+    }
+
+    /// A vehicle went away (passivated, or moved to another node).
+    pub fn gone(&mut self, id: Arc<str>) {
+        self.moved.remove(&id);
+        self.gone.push(id);
+    }
+
+    /// The batch to send, if anything changed, and a fresh start.
+    pub fn take_batch(&mut self, node: Option<&str>) -> Option<MapBatch> {
+        if self.moved.is_empty() && self.gone.is_empty() {
+            return None;
+        }
+        #[derive(Serialize)]
+        struct Batch<'a> {
+            #[serde(skip_serializing_if = "Option::is_none")]
+            node: Option<&'a str>,
+            moved: Vec<&'a Moved>,
+            gone: &'a [Arc<str>],
+        }
+        let batch = Batch {
+            node,
+            moved: self.moved.values().collect(),
+            gone: &self.gone,
+        };
+        let json = serde_json::to_string(&batch).ok();
+        self.moved.clear();
+        self.gone.clear();
+        json.map(Into::into)
+    }
+}
 
 /// A vehicle asks to be stopped for being idle.
 struct Passivate(ActorId);
@@ -226,8 +317,7 @@ pub struct Fleet {
     idle: Duration,
     metrics: Arc<Metrics>,
     updates: broadcast::Sender<MapBatch>,
-    moved: HashMap<Arc<str>, Moved>,
-    gone: Vec<Arc<str>>,
+    changes: MapChanges,
 }
 
 /// How often the map's changes are sent to browsers.
@@ -247,8 +337,7 @@ impl Fleet {
             idle,
             metrics,
             updates,
-            moved: HashMap::new(),
-            gone: Vec::new(),
+            changes: MapChanges::default(),
         }
     }
 
@@ -291,19 +380,9 @@ impl Fleet {
     }
 
     fn note_moved(&mut self, p: &Position) {
-        if self.updates.receiver_count() == 0 {
-            return;
+        if self.updates.receiver_count() > 0 {
+            self.changes.moved(Moved::of(p));
         }
-        self.moved.insert(
-            p.id.clone(),
-            Moved {
-                id: p.id.clone(),
-                lat: p.lat,
-                long: p.long,
-                heading: p.heading,
-                line: p.line.clone(),
-            },
-        );
     }
 }
 
@@ -380,9 +459,8 @@ impl Handler<Down> for Fleet {
             self.spawn_vehicle(id, buffered, ctx);
             return;
         }
-        self.moved.remove(&id);
         if self.updates.receiver_count() > 0 {
-            self.gone.push(id);
+            self.changes.gone(id);
         }
     }
 }
@@ -397,24 +475,10 @@ impl Message for Flush {
 
 impl Handler<Flush> for Fleet {
     fn handle(&mut self, _: Flush, _: &mut Context<Self>) {
-        if self.moved.is_empty() && self.gone.is_empty() {
-            return;
-        }
-        #[derive(Serialize)]
-        struct Batch<'a> {
-            moved: Vec<&'a Moved>,
-            gone: &'a [Arc<str>],
-        }
-        let batch = Batch {
-            moved: self.moved.values().collect(),
-            gone: &self.gone,
-        };
-        if let Ok(json) = serde_json::to_string(&batch) {
+        if let Some(batch) = self.changes.take_batch(None) {
             // No receivers is fine: nobody is looking at the map.
-            let _ = self.updates.send(json.into());
+            let _ = self.updates.send(batch);
         }
-        self.moved.clear();
-        self.gone.clear();
     }
 }
 
@@ -428,5 +492,44 @@ impl Message for ListVehicles {
 impl Handler<ListVehicles> for Fleet {
     fn handle(&mut self, _: ListVehicles, _: &mut Context<Self>) -> Vec<ActorRef<Vehicle>> {
         self.vehicles.values().map(|e| e.actor.clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::VehicleState;
+
+    fn state(node: Option<&str>) -> VehicleState {
+        VehicleState {
+            id: "22/1043".into(),
+            route: "1055".into(),
+            line: "55".into(),
+            lat: 60.17,
+            long: 24.94,
+            speed: 7.5,
+            heading: 45.0,
+            timestamp: "2026-11-21T08:00:00.000Z".into(),
+            updates: 3,
+            node: node.map(Into::into),
+        }
+    }
+
+    #[test]
+    fn json_names_the_node_only_in_a_cluster() {
+        let single = serde_json::to_value(state(None)).unwrap();
+        assert!(single.get("node").is_none(), "{single}");
+        let clustered = serde_json::to_value(state(Some("node2"))).unwrap();
+        assert_eq!(clustered["node"], "node2");
+        let back: VehicleState = serde_json::from_value(single).unwrap();
+        assert_eq!(back, state(None));
+    }
+
+    #[test]
+    fn states_round_trip_in_the_remote_layer_s_compact_format() {
+        for s in [state(None), state(Some("node1"))] {
+            let bytes = postcard::to_allocvec(&s).unwrap();
+            let back: VehicleState = postcard::from_bytes(&bytes).unwrap();
+            assert_eq!(back, s);
+        }
     }
 }

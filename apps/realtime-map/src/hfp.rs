@@ -7,7 +7,7 @@
 //! A vehicle is identified by `<oper>/<veh>` (operator and vehicle number,
 //! without padding), as in HSL's own tools.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use std::sync::Arc;
 pub const TOPIC_FILTER: &str = "/hfp/v2/journey/ongoing/vp/#";
 
 /// One position of one vehicle, as received.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Position {
     /// `<oper>/<veh>`.
     pub id: Arc<str>,

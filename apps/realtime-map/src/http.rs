@@ -1,10 +1,12 @@
 //! Answers out: the HTTP API, the metrics, and the live map page.
 //!
-//! Every vehicle answer comes from the vehicle's actor: the handler looks
-//! the actor up by its registered name and `ask`s it.
+//! Every vehicle answer comes from the vehicle's actor: in one process the
+//! handler looks the actor up by its registered name and `ask`s it; in a
+//! cluster it asks the virtual actor, wherever it lives.
 
 use crate::fleet::{vehicle_name, Fleet, GetState, ListVehicles, MapBatch, Vehicle, VehicleState};
 use crate::metrics::{Metrics, Route};
+use crate::sharded::{InBox, NodeSummary, Summarize, VirtualVehicle, IN_BOX_GROUP, SUMMARY_GROUP};
 use crate::simulator::ROUTES;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
@@ -20,17 +22,29 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 use troubadour::{ActorRef, AskError, SystemHandle};
+use troubadour_cluster::Cluster;
 
 /// How long a request waits for a vehicle's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Where answers about vehicles come from.
+#[derive(Clone)]
+pub enum Vehicles {
+    /// One process: each vehicle found by its registered name; the fleet
+    /// lists them all.
+    Local(ActorRef<Fleet>),
+    /// A cluster: each vehicle a virtual actor asked wherever it lives;
+    /// boxes and the cluster view asked of every node.
+    Cluster(Cluster),
+}
+
 /// What the handlers share.
 #[derive(Clone)]
 pub struct Shared {
-    /// For look-ups by name.
+    /// The node's actor system.
     pub system: SystemHandle,
-    /// For listing vehicles.
-    pub fleet: ActorRef<Fleet>,
+    /// Where vehicles are found.
+    pub vehicles: Vehicles,
     /// Counters.
     pub metrics: Arc<Metrics>,
     /// Map changes, for `/events`.
@@ -39,16 +53,27 @@ pub struct Shared {
     pub stop: watch::Receiver<bool>,
 }
 
-/// The service's routes.
+/// The service's routes; in a cluster also `/cluster` (every node's
+/// summary) and `/cluster/node/{status,health}` (this node's, for
+/// operators and readiness probes).
 pub fn router(shared: Shared) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/", get(index))
         .route("/vehicle", get(vehicle))
         .route("/vehicles", get(vehicles))
         .route("/metrics", get(metrics))
         .route("/routes", get(routes))
-        .route("/events", get(events))
-        .with_state(shared)
+        .route("/events", get(events));
+    match &shared.vehicles {
+        Vehicles::Local(_) => routes.with_state(shared),
+        Vehicles::Cluster(cluster) => {
+            let node = troubadour_cluster::http::router(cluster.clone());
+            routes
+                .route("/cluster", get(cluster_view))
+                .with_state(shared)
+                .nest("/cluster/node", node)
+        }
+    }
 }
 
 fn json(status: StatusCode, body: &impl Serialize) -> Response {
@@ -106,14 +131,28 @@ async fn vehicle(
         .filter(|id| !id.is_empty())
     {
         None => error(StatusCode::BAD_REQUEST, "missing query parameter id"),
-        Some(id) => match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
-            None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
-            Some(actor) => match actor.ask(GetState).timeout(ASK_TIMEOUT).await {
+        Some(id) => match &shared.vehicles {
+            Vehicles::Local(_) => match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
+                None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
+                Some(actor) => match actor.ask(GetState).timeout(ASK_TIMEOUT).await {
+                    Ok(Some(state)) => json(StatusCode::OK, &state),
+                    Ok(None) => error(
+                        StatusCode::NOT_FOUND,
+                        format!("vehicle {id} has no position since it restarted"),
+                    ),
+                    Err(e) => ask_failed(&id, e),
+                },
+            },
+            // Every id names a virtual actor; one that never had a
+            // position (here or in the store) has no state.
+            Vehicles::Cluster(cluster) => match cluster
+                .entity::<VirtualVehicle>(id.clone())
+                .ask(GetState)
+                .timeout(ASK_TIMEOUT)
+                .await
+            {
                 Ok(Some(state)) => json(StatusCode::OK, &state),
-                Ok(None) => error(
-                    StatusCode::NOT_FOUND,
-                    format!("vehicle {id} has no position since it restarted"),
-                ),
+                Ok(None) => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
                 Err(e) => ask_failed(&id, e),
             },
         },
@@ -127,7 +166,7 @@ async fn vehicle(
 }
 
 /// A box on the map: `minlon,minlat,maxlon,maxlat`.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct BoundingBox {
     min_long: f64,
     min_lat: f64,
@@ -199,41 +238,108 @@ async fn vehicles(
 }
 
 async fn in_box(shared: &Shared, bbox: BoundingBox) -> Response {
-    let actors = match shared.fleet.ask(ListVehicles).timeout(ASK_TIMEOUT).await {
-        Ok(actors) => actors,
-        Err(e) => {
-            return error(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("the fleet did not answer: {e}"),
-            )
-        }
+    let (mut inside, missing) = match &shared.vehicles {
+        Vehicles::Local(fleet) => match local_in_box(fleet, bbox).await {
+            Ok(inside) => (inside, 0),
+            Err(response) => return response,
+        },
+        Vehicles::Cluster(cluster) => cluster_in_box(cluster, bbox).await,
     };
-    let answers =
-        futures_util::future::join_all(actors.iter().map(|a| a.ask(GetState).timeout(ASK_TIMEOUT)))
-            .await;
-    // A vehicle that passivated or restarted meanwhile has nothing to show.
-    let mut inside: Vec<VehicleState> = answers
-        .into_iter()
-        .filter_map(|a| a.ok().flatten())
-        .filter(|s| bbox.contains(s.lat, s.long))
-        .collect();
     inside.sort_by(|a, b| a.id.cmp(&b.id));
     #[derive(Serialize)]
     struct Answer {
         count: usize,
         vehicles: Vec<VehicleState>,
+        /// Nodes that did not answer in time (their vehicles are missing).
+        #[serde(skip_serializing_if = "is_zero")]
+        nodes_missing: usize,
     }
     json(
         StatusCode::OK,
         &Answer {
             count: inside.len(),
             vehicles: inside,
+            nodes_missing: missing,
         },
     )
 }
 
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// Asks every vehicle the fleet lists.
+async fn local_in_box(
+    fleet: &ActorRef<Fleet>,
+    bbox: BoundingBox,
+) -> Result<Vec<VehicleState>, Response> {
+    let actors = match fleet.ask(ListVehicles).timeout(ASK_TIMEOUT).await {
+        Ok(actors) => actors,
+        Err(e) => {
+            return Err(error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("the fleet did not answer: {e}"),
+            ))
+        }
+    };
+    let answers =
+        futures_util::future::join_all(actors.iter().map(|a| a.ask(GetState).timeout(ASK_TIMEOUT)))
+            .await;
+    // A vehicle that passivated or restarted meanwhile has nothing to show.
+    Ok(answers
+        .into_iter()
+        .filter_map(|a| a.ok().flatten())
+        .filter(|s| bbox.contains(s.lat, s.long))
+        .collect())
+}
+
+/// Asks every node for its vehicles inside the box; also says how many
+/// nodes did not answer.
+async fn cluster_in_box(cluster: &Cluster, bbox: BoundingBox) -> (Vec<VehicleState>, usize) {
+    let nodes = cluster
+        .group::<InBox>(IN_BOX_GROUP)
+        .members()
+        .await
+        .unwrap_or_default();
+    let answers = futures_util::future::join_all(
+        nodes
+            .iter()
+            .map(|n| n.ask(InBox(bbox)).timeout(ASK_TIMEOUT)),
+    )
+    .await;
+    let missing = answers.iter().filter(|a| a.is_err()).count();
+    (answers.into_iter().flatten().flatten().collect(), missing)
+}
+
+/// `GET /cluster`: every node's summary, as each answers it.
+async fn cluster_view(State(shared): State<Shared>) -> Response {
+    let Vehicles::Cluster(cluster) = &shared.vehicles else {
+        return error(StatusCode::NOT_FOUND, "this service is not a cluster");
+    };
+    let nodes = cluster
+        .group::<Summarize>(SUMMARY_GROUP)
+        .members()
+        .await
+        .unwrap_or_default();
+    let answers =
+        futures_util::future::join_all(nodes.iter().map(|n| n.ask(Summarize).timeout(ASK_TIMEOUT)))
+            .await;
+    let mut nodes: Vec<NodeSummary> = answers.into_iter().flatten().collect();
+    nodes.sort_by(|a, b| a.node.cmp(&b.node));
+    #[derive(Serialize)]
+    struct View {
+        nodes: Vec<NodeSummary>,
+    }
+    json(StatusCode::OK, &View { nodes })
+}
+
 async fn metrics(State(shared): State<Shared>) -> Response {
-    let text = shared.metrics.render(shared.system.dead_letter_count());
+    let mut text = shared.metrics.render(shared.system.dead_letter_count());
+    if let Vehicles::Cluster(cluster) = &shared.vehicles {
+        if let Ok(status) = cluster.status().await {
+            crate::metrics::render_cluster(&mut text, &status);
+        }
+    }
     (
         [(
             header::CONTENT_TYPE,

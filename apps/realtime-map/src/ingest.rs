@@ -1,5 +1,6 @@
 //! Positions in: an MQTT subscription whose messages become [`Position`]s
-//! told to the fleet, in the order the broker delivers them.
+//! handed on (to the fleet, or in a cluster to each vehicle's owner) in
+//! the order the broker delivers them.
 
 use crate::fleet::Fleet;
 use crate::hfp::{self, Position, TOPIC_FILTER};
@@ -143,17 +144,42 @@ impl MalformedLog {
     }
 }
 
-/// Subscribes to every vehicle position on `broker` and tells each to
-/// `fleet`, until `stop` turns true. `subscribed` fires on the first
-/// subscription acknowledgement. Reconnects on its own after errors.
+/// The subscription: every vehicle position, or a share of them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Subscription {
+    /// Every position, to this process alone.
+    All,
+    /// An MQTT shared subscription (`$share/<group>/…`): the broker hands
+    /// each position to one of the group's subscribers, so the nodes of a
+    /// cluster split the feed between them, and a node that disconnects
+    /// (or dies) drops out of the rotation.
+    Shared(String),
+}
+
+impl Subscription {
+    /// The topic filter to subscribe with.
+    pub fn filter(&self) -> String {
+        match self {
+            Subscription::All => TOPIC_FILTER.to_string(),
+            Subscription::Shared(group) => format!("$share/{group}/{TOPIC_FILTER}"),
+        }
+    }
+}
+
+/// Subscribes to vehicle positions on `broker` (`subscription` says which)
+/// and hands each to `deliver`, until `stop` turns true. `subscribed`
+/// fires on the first subscription acknowledgement. Reconnects on its own
+/// after errors.
 pub async fn run(
     broker: Broker,
-    fleet: ActorRef<Fleet>,
+    subscription: Subscription,
+    mut deliver: impl FnMut(Position) + Send,
     metrics: Arc<Metrics>,
     subscribed: oneshot::Sender<()>,
     stop: watch::Receiver<bool>,
 ) {
     let id = format!("realtime-map-{}", std::process::id());
+    let filter = subscription.filter();
     let (client, events) = client(&broker, &id);
     let mut subscribed = Some(subscribed);
     let mut log = MalformedLog {
@@ -162,7 +188,10 @@ pub async fn run(
     };
     poll_until_stopped(events, &broker, "subscriber", stop, |event| match event {
         Event::Incoming(Packet::Publish(p)) => match hfp::parse(&p.payload) {
-            Ok(position) => deliver(&fleet, &metrics, position),
+            Ok(position) => {
+                metrics.positions_received.fetch_add(1, Relaxed);
+                deliver(position)
+            }
             Err(why) => {
                 metrics.malformed.fetch_add(1, Relaxed);
                 log.report(&p.topic, &why);
@@ -170,12 +199,12 @@ pub async fn run(
         },
         Event::Incoming(Packet::ConnAck(_)) => {
             // A clean session forgets subscriptions: renew on every connect.
-            if let Err(e) = client.try_subscribe(TOPIC_FILTER, QoS::AtMostOnce) {
-                tracing::error!("cannot subscribe to {TOPIC_FILTER}: {e}");
+            if let Err(e) = client.try_subscribe(filter.as_str(), QoS::AtMostOnce) {
+                tracing::error!("cannot subscribe to {filter}: {e}");
             }
         }
         Event::Incoming(Packet::SubAck(_)) => {
-            tracing::info!("subscribed to {TOPIC_FILTER} on {broker}");
+            tracing::info!("subscribed to {filter} on {broker}");
             if let Some(tx) = subscribed.take() {
                 let _ = tx.send(());
             }
@@ -221,8 +250,8 @@ pub async fn poll_until_stopped(
     }
 }
 
-fn deliver(fleet: &ActorRef<Fleet>, metrics: &Metrics, position: Position) {
-    metrics.positions_received.fetch_add(1, Relaxed);
+/// Hands `position` to the fleet of a single-process service.
+pub fn to_fleet(fleet: &ActorRef<Fleet>, metrics: &Metrics, position: Position) {
     if fleet.tell(position).is_err() {
         // The fleet is gone only while shutting down.
         metrics.positions_routed.fetch_add(1, Relaxed);

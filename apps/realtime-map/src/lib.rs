@@ -19,7 +19,10 @@ pub mod fleet;
 pub mod hfp;
 pub mod http;
 pub mod ingest;
+pub mod launcher;
 pub mod metrics;
+pub mod node;
+pub mod sharded;
 pub mod simulator;
 
 pub use app::{App, Config, SimulatorConfig, StartError};

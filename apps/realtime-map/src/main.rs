@@ -1,15 +1,22 @@
-//! `realtime-map`: the live bus map service, or (`simulate`) only the
-//! simulated feed, published to a broker for another service to consume.
+//! `realtime-map`: the live bus map service in one process; with
+//! `--cluster N` as N node processes on loopback; with `--node` as one
+//! node of a cluster (as an operator starts it on each machine); or
+//! (`simulate`) only the simulated feed, published to a broker for
+//! another service to consume.
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 use realtime_map::app::{self, Config, SimulatorConfig};
 use realtime_map::ingest::Broker;
+use realtime_map::launcher::{self, LocalCluster, LocalClusterConfig};
+use realtime_map::node::{Node, NodeConfig, StoreLocation, TlsFiles};
 use realtime_map::simulator::Simulation;
 use realtime_map::App;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 use tokio::sync::watch;
+use troubadour_cluster::ShardCount;
 
 #[derive(Parser)]
 #[command(
@@ -41,8 +48,66 @@ struct Cli {
     /// Actor system worker threads (default: half the cores, at least one).
     #[arg(long)]
     workers: Option<usize>,
+    /// Run a local cluster of this many node processes on 127.0.0.1,
+    /// 127.0.0.2, …, each serving HTTP on the --listen port of its own
+    /// address; prints `node <n> pid <pid> http://<addr>:<port>` per node.
+    #[arg(long, value_name = "N", conflicts_with = "node")]
+    cluster: Option<usize>,
+    /// Keep the local cluster's certificates and stores here (default: a
+    /// temporary directory, removed at the end).
+    #[arg(long, value_name = "DIR", requires = "cluster")]
+    data_dir: Option<PathBuf>,
+    #[command(flatten)]
+    node: NodeArgs,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// One node of a cluster, as an operator starts it on each machine.
+#[derive(Args, Clone)]
+struct NodeArgs {
+    /// Run as the cluster node of this name (unique in the cluster).
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+    /// The cluster's name; nodes of another cluster are refused.
+    #[arg(long, default_value = "realtime-map")]
+    cluster_name: String,
+    /// Where the other nodes reach this one (mutual TLS).
+    #[arg(long, default_value = "127.0.0.1:7355")]
+    cluster_listen: SocketAddr,
+    /// Nodes to join through (their --cluster-listen), comma-separated.
+    #[arg(long, value_delimiter = ',', value_name = "ADDR,…")]
+    seeds: Vec<SocketAddr>,
+    /// This node's certificate (PEM), signed by the cluster's CA.
+    #[arg(long, value_name = "FILE", requires = "node")]
+    tls_cert: Option<PathBuf>,
+    /// This node's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "node")]
+    tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM).
+    #[arg(long, value_name = "FILE", requires = "node")]
+    tls_ca: Option<PathBuf>,
+    /// Where shard leases live: sqlite:<path> (the nodes of one machine)
+    /// or postgres://user@host/db (across machines).
+    #[arg(long, default_value = "sqlite:realtime-map-leases.db")]
+    lease_store: StoreLocation,
+    /// Where vehicles' states are flushed: sqlite:<path> or postgres://….
+    #[arg(long, default_value = "sqlite:realtime-map-state.db")]
+    state_store: StoreLocation,
+    /// How often vehicles' states are flushed (e.g. 2s).
+    #[arg(long, default_value = "2s", value_parser = parse_duration)]
+    flush_every: Duration,
+    /// The node lease: a lost node's vehicles answer from others within
+    /// about this (e.g. 5s).
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    lease: Duration,
+    /// Shards, the same on every node.
+    #[arg(long, default_value_t = 1024)]
+    shards: u32,
+    /// How many nodes the cluster is expected to have (tunes failure
+    /// detection).
+    #[arg(long, default_value_t = 3)]
+    expected_nodes: u32,
 }
 
 #[derive(Subcommand)]
@@ -102,6 +167,8 @@ async fn main() -> ExitCode {
             seed,
             print_ids,
         }) => simulate_only(mqtt, vehicles, seed, print_ids).await,
+        None if cli.cluster.is_some() => local_cluster(cli).await,
+        None if cli.node.node.is_some() => serve_node(cli).await,
         None => serve(cli).await,
     };
     match result {
@@ -139,6 +206,142 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     tokio::signal::ctrl_c().await?;
     eprintln!("realtime-map: shutting down");
     app.shutdown().await?;
+    Ok(())
+}
+
+/// Ctrl-C or SIGTERM (as an orchestrator or the local cluster stops a
+/// node).
+async fn stop_signal() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+async fn serve_node(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let args = cli.node;
+    let name = args.node.expect("checked by the caller");
+    let tls = match (args.tls_cert, args.tls_key, args.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => TlsFiles { cert, key, ca },
+        _ => {
+            return Err(
+                "a node needs --tls-cert, --tls-key and --tls-ca (PEM files from the cluster's CA); `--cluster N` makes them for a local cluster"
+                    .into(),
+            )
+        }
+    };
+    let mqtt = cli
+        .mqtt
+        .ok_or("a node needs --mqtt mqtt://host:port: the broker all nodes share")?;
+    let shards = ShardCount::new(args.shards)
+        .ok_or_else(|| format!("--shards must be at least 1, not {}", args.shards))?;
+    let config = NodeConfig {
+        name,
+        cluster: args.cluster_name,
+        listen: cli.listen,
+        cluster_listen: args.cluster_listen,
+        seeds: args.seeds,
+        tls,
+        lease_store: args.lease_store,
+        state_store: args.state_store,
+        mqtt,
+        idle: cli.idle,
+        flush_every: args.flush_every,
+        lease: args.lease,
+        shards,
+        expected_nodes: args.expected_nodes,
+        workers: cli.workers,
+    };
+    let node = Node::start(config).await?;
+    println!(
+        "{}",
+        launcher::ready_line(node.name(), node.http_addr(), node.cluster_addr())
+    );
+    stop_signal().await?;
+    eprintln!("realtime-map: node {} leaving the cluster", node.name());
+    node.shutdown().await?;
+    Ok(())
+}
+
+async fn local_cluster(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let nodes = cli.cluster.expect("checked by the caller");
+    // The broker and the simulated feed live here, so a node can be
+    // killed without stopping the feed.
+    let broker = match cli.mqtt {
+        Some(b) => b,
+        None => {
+            let listen = cli.broker_listen;
+            let addr =
+                tokio::task::spawn_blocking(move || realtime_map::broker::start(listen)).await??;
+            Broker {
+                host: addr.ip().to_string(),
+                port: addr.port(),
+            }
+        }
+    };
+    let (stop, stopped) = watch::channel(false);
+    let mut tasks = Vec::new();
+    if !cli.no_simulator {
+        let simulation = Simulation::new(cli.vehicles, cli.seed);
+        tasks.extend(app::spawn_simulator(
+            &broker,
+            simulation,
+            Duration::from_secs(1),
+            &stopped,
+        ));
+    }
+    let mut node_args = vec![
+        "--idle".to_string(),
+        format!("{}ms", cli.idle.as_millis()),
+        "--flush-every".to_string(),
+        format!("{}ms", cli.node.flush_every.as_millis()),
+        "--lease".to_string(),
+        format!("{}ms", cli.node.lease.as_millis()),
+        "--shards".to_string(),
+        cli.node.shards.to_string(),
+        "--cluster-name".to_string(),
+        cli.node.cluster_name.clone(),
+    ];
+    if let Some(w) = cli.workers {
+        node_args.extend(["--workers".to_string(), w.to_string()]);
+    }
+    let config = LocalClusterConfig {
+        nodes,
+        http_port: cli.listen.port(),
+        cluster_port: cli.node.cluster_listen.port(),
+        data_dir: cli.data_dir,
+        mqtt: broker.clone(),
+        node_args,
+    };
+    let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&config)).await??;
+    for node in &cluster.nodes {
+        println!(
+            "node {} pid {} http://{}",
+            node.number,
+            node.child.id(),
+            node.http
+        );
+    }
+    println!(
+        "realtime-map: {nodes} nodes, positions from {broker}{}; Ctrl-C stops them all",
+        if cli.no_simulator {
+            String::new()
+        } else {
+            format!(" ({} simulated buses)", cli.vehicles)
+        }
+    );
+    stop_signal().await?;
+    eprintln!("realtime-map: stopping the cluster");
+    let _ = stop.send(true);
+    for task in tasks {
+        let _ = task.await;
+    }
+    tokio::task::spawn_blocking(move || {
+        cluster.stop(Duration::from_secs(20));
+        drop(cluster);
+    })
+    .await?;
     Ok(())
 }
 

@@ -168,6 +168,12 @@ impl ClusterBuilder {
     /// Lets this node host entities of kind `A`, made by `factory` from
     /// their id on their first message. Register every kind on every node
     /// (a shard of any kind can land anywhere).
+    ///
+    /// An entity that fails (a handler panics or calls `ctx.fail`, its
+    /// activation returns an error) stops; it is not restarted in place.
+    /// Asks waiting in its mailbox end with an error, and its next message
+    /// activates it afresh from `factory` (and its store). However many
+    /// entities fail, their region keeps serving the others.
     pub fn entity<A: Entity>(self, factory: impl Fn(&str) -> A + Send + Sync + 'static) -> Self {
         self.kind::<A>(move |id, _| factory(id), false)
     }
@@ -212,12 +218,19 @@ impl ClusterBuilder {
         let factory = Arc::new(factory);
         let make = Arc::new(
             move |ctx: &mut Context<Region>, id: &str, at: HostedShard| {
-                // Transient: a panic restarts the entity from its factory (its
-                // region supervises it), a stop sticks.
+                // Temporary, as Akka's sharding does it: an entity that fails
+                // (a panic, `ctx.fail`, a failed activation) stops alone,
+                // and the next message activates it afresh. Restarted under
+                // its region, a failing activation would loop, and enough
+                // failures among thousands of entities would exceed the
+                // region's intensity and take every entity of the node down.
                 let (factory, id) = (factory.clone(), id.to_string());
-                ctx.spawn_with(move || factory(&id, at))
-                    .map(|r| Box::new(r) as AnyEntity)
-                    .map_err(|e| e.to_string())
+                ctx.spawn_factory_with_options(
+                    SpawnOptions::new().restart(Restart::Temporary),
+                    move || factory(&id, at),
+                )
+                .map(|r| Box::new(r) as AnyEntity)
+                .map_err(|e| e.to_string())
             },
         );
         if self

@@ -585,9 +585,14 @@ impl Region {
             }
             let a = &view.assignments[m.shard.get() as usize];
             if m.to == self.key.name && m.from.is_none() && !self.leaving {
-                // An owner that neither released the shard nor is live:
-                // a node lost, whose shard this claim takes over.
-                let failover = !a.released && a.owner.as_ref().is_some_and(|o| *o != self.key);
+                // An owner that neither released the shard nor holds a
+                // lease: a lost node, whose shard this claim takes over.
+                // (An owner merely not yet seen up by membership, as when
+                // this node has just joined, still holds its lease.)
+                let failover = !a.released
+                    && a.owner
+                        .as_ref()
+                        .is_some_and(|o| *o != self.key && !view.is_leased(o));
                 self.claim(m.shard, a.epoch, failover, ctx);
             } else if m.from.as_deref() == Some(self.key.name.as_str()) {
                 // (A shard the store gives this node but that it does not

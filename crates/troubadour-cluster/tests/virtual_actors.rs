@@ -63,6 +63,21 @@ struct Counter {
     alive: AliveLog,
 }
 impl Actor for Counter {
+    /// Entities named `broken…` cannot be activated (as with a state that
+    /// no longer reads).
+    fn activate(
+        &mut self,
+        _: &mut Context<Self>,
+    ) -> Option<impl std::future::Future<Output = Result<(), ExitReason>> + Send + use<'_>> {
+        let broken = self.id.starts_with("broken");
+        Some(async move {
+            if broken {
+                Err(ExitReason::Failed("its state does not read".into()))
+            } else {
+                Ok(())
+            }
+        })
+    }
     fn started(&mut self, _: &mut Context<Self>) {
         let mut a = self.alive.lock().unwrap();
         let now = {
@@ -89,6 +104,21 @@ impl Handler<WhereAreYou> for Counter {
         ctx.system().node().name().to_string()
     }
 }
+/// Makes the handler panic.
+#[derive(Debug, Serialize, Deserialize)]
+struct Explode;
+impl Message for Explode {
+    type Reply = ();
+}
+impl RemoteMessage for Explode {
+    const NAME: &'static str = "va-test.Explode";
+}
+impl Handler<Explode> for Counter {
+    fn handle(&mut self, _: Explode, _: &mut Context<Self>) {
+        panic!("{} exploded, as the test asked", self.id)
+    }
+}
+
 /// Work that takes this many seconds of (virtual) time: the entity is
 /// busy in an async handler meanwhile.
 #[derive(Debug, Serialize, Deserialize)]
@@ -137,6 +167,7 @@ impl Entity for Counter {
             .handle::<WhereAreYou>()
             .handle::<StopYourself>()
             .handle::<Seq>()
+            .handle::<Explode>()
             .handle_async::<Slow>();
     }
 }
@@ -395,6 +426,51 @@ fn after_its_owner_crashes_an_entity_answers_from_another_node_within_the_lease_
             failovers(net) >= 1,
             "the entity's shard was taken over from the lost node"
         );
+    });
+}
+
+/// An entity that fails (its handler panics, its activation fails) stops
+/// alone, as in Akka's sharding: however many fail, their regions keep
+/// serving every other entity, and the next message activates a failed
+/// one afresh.
+#[test]
+fn failing_entities_never_take_their_region_down() {
+    simulate_network(seeds(5), |net| {
+        let t = cluster(net, 2);
+        let c = &t.clusters[0];
+        // Ten panics and ten failed activations, in moments: past any
+        // supervisor's restart intensity.
+        for i in 0..10 {
+            let fragile = c.entity::<Counter>(format!("fragile{i}"));
+            assert_eq!(net.block_on(fragile.ask(Add(1)).timeout(30 * S)), Ok(1));
+            let exploded = net.block_on(fragile.ask(Explode).timeout(30 * S));
+            assert!(
+                matches!(exploded, Err(ref e) if !matches!(e, AskError::Timeout(_))),
+                "an ask whose handler panicked ends at once with an error: {exploded:?}"
+            );
+            let broken = c.entity::<Counter>(format!("broken{i}"));
+            let refused = net.block_on(broken.ask(Add(1)).timeout(30 * S));
+            assert!(
+                matches!(refused, Err(ref e) if !matches!(e, AskError::Timeout(_))),
+                "an ask to an entity that cannot activate ends with an error: {refused:?}"
+            );
+        }
+        for (i, c) in t.clusters.iter().enumerate() {
+            let status = net.block_on(c.status());
+            assert!(status.is_ok(), "n{i}'s region stopped: {status:?}");
+        }
+        for i in 0..10 {
+            let again = c.entity::<Counter>(format!("fragile{i}"));
+            assert_eq!(
+                net.block_on(again.ask(Add(1)).timeout(30 * S)),
+                Ok(1),
+                "fragile{i} answers again, from a fresh activation"
+            );
+        }
+        for i in 0..20 {
+            let healthy = c.entity::<Counter>(format!("healthy{i}"));
+            assert_eq!(net.block_on(healthy.ask(Add(2)).timeout(30 * S)), Ok(2));
+        }
     });
 }
 

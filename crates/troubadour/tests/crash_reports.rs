@@ -145,6 +145,45 @@ fn a_panic_in_a_stop_hook_is_reported_too() {
     assert!(!seen.hook_saw("crash-report-unique-2"));
 }
 
+/// A top-level actor spawned without a factory cannot be restarted: when
+/// it fails (not a panic, which has its crash report) nobody but the log
+/// hears of it, so the log must.
+#[test]
+fn a_failed_top_level_actor_without_a_factory_is_logged_with_its_reason() {
+    struct Quitter;
+    impl Actor for Quitter {}
+    struct Quit;
+    impl Message for Quit {
+        type Reply = ();
+    }
+    impl Handler<Quit> for Quitter {
+        fn handle(&mut self, _: Quit, ctx: &mut Context<Self>) {
+            ctx.fail("crash-report-unique-7");
+        }
+    }
+    let seen = seen();
+    let system = ActorSystem::new();
+    let actor = system.spawn(Quitter).unwrap();
+    let stopped = actor.wait_stopped();
+    actor.tell(Quit).unwrap();
+    system
+        .block_on(async { tokio::time::timeout(LIVENESS, stopped).await })
+        .expect("the actor did not stop");
+    let events = seen.events_with("crash-report-unique-7");
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(events[0].contains("WARN"), "{}", events[0]);
+    assert!(
+        events[0].contains(&format!("actor={}", actor.id())),
+        "{}",
+        events[0]
+    );
+    assert!(
+        events[0].contains("top-level actor failed"),
+        "{}",
+        events[0]
+    );
+}
+
 #[test]
 fn panics_outside_actors_still_reach_the_program_s_hook() {
     let seen = seen();

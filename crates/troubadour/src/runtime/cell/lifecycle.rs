@@ -345,11 +345,22 @@ impl<A: Actor> ActorCell<A> {
                     id: self.id,
                     reason,
                 });
-            } else if brutal {
-                self.kill_children();
-                self.finish_stop(reason);
             } else {
-                self.begin_stop(reason);
+                // A top-level actor that cannot restart has nobody to tell
+                // but the log (a child's parent and watchers hear of it).
+                // A panic has had its crash report already.
+                if self.extras_opt().and_then(|e| e.parent.as_ref()).is_none()
+                    && !reason.is_normal()
+                    && !matches!(reason, ExitReason::Killed | ExitReason::Panicked(_))
+                {
+                    tracing::warn!(actor = %self.id, %reason, "top-level actor failed and stops (it has no factory to restart it from)");
+                }
+                if brutal {
+                    self.kill_children();
+                    self.finish_stop(reason);
+                } else {
+                    self.begin_stop(reason);
+                }
             }
         }
     }

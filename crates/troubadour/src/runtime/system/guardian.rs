@@ -81,7 +81,9 @@ impl Guardian {
                 let Some(child) = child else { return };
                 // A permanent actor's normal exit (`ActorRef::stop`) is
                 // restarted as OTP does, but it is no failure to warn about.
-                #[cfg(feature = "tracing")]
+                // Logged with or without the `tracing` feature (which adds
+                // per-message spans): a top-level failure is rare, and
+                // without this line it would be silent.
                 if reason.is_normal() {
                     tracing::info!(actor = %id, %reason, restart = verdict, "permanent top-level actor exited");
                 } else {
