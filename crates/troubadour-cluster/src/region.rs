@@ -227,6 +227,9 @@ pub(crate) struct Region {
     /// Once the store let the node go: what it waits for before its leave
     /// is done.
     departure: Option<Departure>,
+    /// Nodes that announced their leave ([`Departing`]) and are not down
+    /// yet: their paths still forward, so flushes down them are awaited.
+    leaving_nodes: BTreeSet<NodeKey>,
     /// Shards whose old path is being flushed: what is sent meanwhile
     /// waits here, in order.
     moving: HashMap<ShardId, VecDeque<Pending>>,
@@ -353,6 +356,7 @@ impl Region {
             failovers: 0,
             sent_to: HashMap::new(),
             departure: None,
+            leaving_nodes: BTreeSet::new(),
             moving: HashMap::new(),
             flush: flush_codec(),
             departing,
@@ -946,6 +950,7 @@ impl Region {
     fn on_departing(&mut self, departing: Departing, ctx: &mut Context<Self>) {
         let key = NodeKey::new(departing.name, departing.incarnation);
         self.members.remove(&key);
+        self.leaving_nodes.insert(key.clone());
         let Ok(node) = NodeId::remote(&key.name, None, key.incarnation) else {
             return;
         };
@@ -1623,13 +1628,24 @@ impl Handler<MemberEvent> for Region {
                 let key = NodeKey::new(node.name(), node.incarnation());
                 self.members.remove(&key);
                 self.on_departed(&key, ctx);
-                // A region already found stays: one that left still
-                // answers the flush of what was sent to it; for one that
-                // died, the flush ends with its connection or time limit.
-                if matches!(self.peers.get(&key), Some(Peer::Resolving(_))) {
-                    if let Some(Peer::Resolving(queue)) = self.peers.remove(&key) {
-                        self.unreachable(queue, "the node went down", ctx);
+                // A node that left gracefully still answers the flush of
+                // what was sent to it, so its region stays. One that went
+                // down without leaving has stopped its shards (they move
+                // only once its lease has run out): nothing sent down its
+                // path will be handled there any more, so its path is
+                // forgotten and the moved shards' messages go straight to
+                // their new owners, not after a flush that cannot answer.
+                let left_gracefully = self.leaving_nodes.remove(&key);
+                match self.peers.get(&key) {
+                    Some(Peer::Resolving(_)) => {
+                        if let Some(Peer::Resolving(queue)) = self.peers.remove(&key) {
+                            self.unreachable(queue, "the node went down", ctx);
+                        }
                     }
+                    Some(_) if !left_gracefully => {
+                        self.peers.remove(&key);
+                    }
+                    _ => {}
                 }
             }
         }

@@ -1,0 +1,315 @@
+//! The service as a local cluster, end to end, as a person would run it:
+//! `realtime-map --cluster 3` (this package's binary) starts three node
+//! processes on 127.0.0.1–127.0.0.3 with mutual TLS and SQLite stores; the
+//! simulated buses become virtual actors spread over the nodes; any node
+//! answers for any bus, and the map's stream carries every node's buses.
+//! Then `kill -9` of one node: its buses answer again from the other two,
+//! starting from the state they last flushed, and the cluster view counts
+//! the failovers. SIGTERM stops everything.
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const VEHICLES: usize = 120;
+
+/// Waits for `what`; the limit only bounds a broken run.
+fn eventually<T>(what: &str, limit: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "gave up waiting ({limit:?}) until {what}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// One HTTP GET; `None` if the node does not answer (it may be dead).
+fn get(addr: SocketAddr, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let status = response.get(9..12)?.parse().ok()?;
+    let body = response.split_once("\r\n\r\n")?.1.to_string();
+    Some((status, body))
+}
+
+fn get_json(addr: SocketAddr, path: &str) -> Option<(u16, Value)> {
+    let (status, body) = get(addr, path)?;
+    Some((status, serde_json::from_str(&body).ok()?))
+}
+
+/// Every vehicle the cluster has, as node `addr` gathers them: id →
+/// (owner, updates).
+fn all_vehicles(addr: SocketAddr) -> Option<BTreeMap<String, (String, u64)>> {
+    let (status, v) = get_json(addr, "/vehicles?bbox=-180,-90,180,90")?;
+    if status != 200 || v.get("nodes_missing").is_some() {
+        return None;
+    }
+    Some(
+        v["vehicles"]
+            .as_array()?
+            .iter()
+            .map(|s| {
+                (
+                    s["id"].as_str().unwrap().to_string(),
+                    (
+                        s["node"].as_str().unwrap().to_string(),
+                        s["updates"].as_u64().unwrap(),
+                    ),
+                )
+            })
+            .collect(),
+    )
+}
+
+/// The nodes whose buses the map's stream of `addr` carries, read for
+/// `long`.
+fn nodes_on_the_map(addr: SocketAddr, long: Duration) -> BTreeSet<String> {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(format!("GET /events HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut reader = BufReader::new(stream);
+    let mut nodes = BTreeSet::new();
+    let start = Instant::now();
+    while start.elapsed() < long {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) => break,
+            Ok(_) => {
+                if let Some(data) = line.trim_end().strip_prefix("data: ") {
+                    if let Ok(batch) = serde_json::from_str::<Value>(data) {
+                        if let Some(node) = batch["node"].as_str() {
+                            nodes.insert(node.to_string());
+                        }
+                    }
+                }
+            }
+            Err(_) => continue,
+        }
+    }
+    nodes
+}
+
+struct Launcher {
+    child: Child,
+    nodes: Vec<(u32, SocketAddr)>,
+    log: std::path::PathBuf,
+}
+
+impl Launcher {
+    fn start() -> Launcher {
+        // A port free on 127.0.0.1 is, in practice, free on .2 and .3.
+        let cluster_port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let log = std::env::temp_dir().join(format!(
+            "realtime-map-cluster-test-{}.log",
+            std::process::id()
+        ));
+        let mut child = Command::new(env!("CARGO_BIN_EXE_realtime-map"))
+            .args(["--cluster", "3", "--vehicles", &VEHICLES.to_string()])
+            .args(["--listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0"])
+            .args(["--cluster-listen", &format!("127.0.0.1:{cluster_port}")])
+            .args(["--lease", "3s", "--flush-every", "500ms", "--shards", "64"])
+            .args(["--workers", "1"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut nodes = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            // node <n> pid <pid> http://<addr>
+            let words: Vec<&str> = line.split_whitespace().collect();
+            if let ["node", _, "pid", pid, url] = words[..] {
+                let addr = url.strip_prefix("http://").unwrap().parse().unwrap();
+                nodes.push((pid.parse().unwrap(), addr));
+            }
+            if nodes.len() == 3 {
+                break;
+            }
+        }
+        // Keep draining stdout so the launcher never blocks on it.
+        std::thread::spawn(move || for _ in lines {});
+        let launcher = Launcher { child, nodes, log };
+        assert_eq!(launcher.nodes.len(), 3, "{}", launcher.log_text());
+        launcher
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Launcher {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        for (pid, _) in &self.nodes {
+            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped by the launcher) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+#[test]
+fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
+    let launcher = Launcher::start();
+    let addrs: Vec<SocketAddr> = launcher.nodes.iter().map(|(_, a)| *a).collect();
+    let ips: BTreeSet<String> = addrs.iter().map(|a| a.ip().to_string()).collect();
+    assert_eq!(
+        ips,
+        BTreeSet::from(["127.0.0.1".into(), "127.0.0.2".into(), "127.0.0.3".into()]),
+        "one loopback address per node"
+    );
+
+    // The cluster forms: three members, each holding its lease and its
+    // share of the shards.
+    eventually("the cluster settles", Duration::from_secs(60), || {
+        let (_, view) = get_json(addrs[0], "/cluster")?;
+        let nodes = view["nodes"].as_array()?;
+        (nodes.len() == 3
+            && nodes.iter().all(|n| {
+                n["balanced"] == true && n["lease_valid"] == true && n["shards"].as_u64() > Some(0)
+            }))
+        .then_some(())
+    });
+
+    // Every bus is active somewhere, and every node gathers all of them.
+    let vehicles = eventually("every bus is on the map", Duration::from_secs(60), || {
+        all_vehicles(addrs[1]).filter(|v| v.len() == VEHICLES)
+    });
+    let owners: BTreeSet<&String> = vehicles.values().map(|(node, _)| node).collect();
+    assert_eq!(owners.len(), 3, "buses live on all three nodes: {owners:?}");
+
+    // Any node answers for any bus, from its owner.
+    for (id, (owner, _)) in vehicles.iter().take(15) {
+        for addr in &addrs {
+            let (status, v) = get_json(*addr, &format!("/vehicle?id={id}")).unwrap();
+            assert_eq!(status, 200, "{id} through {addr}: {v}");
+            assert_eq!(v["node"].as_str(), Some(owner.as_str()), "{id} via {addr}");
+        }
+    }
+    let (status, v) = get_json(addrs[2], "/vehicle?id=99/99999").unwrap();
+    assert_eq!(
+        (status, v["error"].as_str()),
+        (404, Some("no vehicle with id 99/99999"))
+    );
+
+    // The live map of one node draws every node's buses.
+    let drawn = nodes_on_the_map(addrs[2], Duration::from_secs(3));
+    assert_eq!(
+        drawn.len(),
+        3,
+        "the stream of node3 carried batches of {drawn:?}"
+    );
+
+    // kill -9 of node2 while the feed runs.
+    let (victim_pid, victim_addr) = launcher.nodes[1];
+    let victim = "node2".to_string();
+    let before = all_vehicles(addrs[0]).unwrap();
+    let on_victim: Vec<(&String, u64)> = before
+        .iter()
+        .filter(|(_, (node, _))| *node == victim)
+        .map(|(id, (_, updates))| (id, *updates))
+        .collect();
+    assert!(!on_victim.is_empty());
+    let killed_at = Instant::now();
+    let status = Command::new("kill")
+        .args(["-9", &victim_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    eventually("node2 is gone", Duration::from_secs(10), || {
+        (!alive(victim_pid)).then_some(())
+    });
+    assert!(get(victim_addr, "/cluster").is_none());
+
+    // Its buses answer again from the other two, from the state they had
+    // flushed (every 500 ms; a bus reports once a second, so at most two
+    // positions can be lost), not from nothing.
+    let survivors = [addrs[0], addrs[2]];
+    let mut first_answer = None;
+    for (i, (id, updates_before)) in on_victim.iter().enumerate() {
+        let via = survivors[i % 2];
+        let (owner, updates) = eventually(
+            &format!("{id} answers again"),
+            Duration::from_secs(60),
+            || {
+                let (status, v) = get_json(via, &format!("/vehicle?id={id}"))?;
+                (status == 200).then(|| {
+                    (
+                        v["node"].as_str().unwrap().to_string(),
+                        v["updates"].as_u64().unwrap(),
+                    )
+                })
+            },
+        );
+        first_answer.get_or_insert_with(|| killed_at.elapsed());
+        assert_ne!(owner, victim, "{id} answered from the dead node");
+        assert!(
+            updates + 2 >= *updates_before,
+            "{id} had {updates_before} updates before the kill and {updates} after: its flushed state was not restored"
+        );
+    }
+    eprintln!(
+        "after kill -9 (lease 3 s): the first of node2's {} buses answered again in {:.1} s, all in {:.1} s",
+        on_victim.len(),
+        first_answer.unwrap_or_default().as_secs_f64(),
+        killed_at.elapsed().as_secs_f64()
+    );
+    let (_, view) = get_json(addrs[0], "/cluster").unwrap();
+    let nodes = view["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 2, "{view}");
+    let failovers: u64 = nodes.iter().map(|n| n["failovers"].as_u64().unwrap()).sum();
+    assert!(
+        failovers > 0,
+        "the survivors took node2's shards over: {view}"
+    );
+    let everything = eventually(
+        "every bus is back on the map",
+        Duration::from_secs(60),
+        || all_vehicles(addrs[2]).filter(|v| v.len() == VEHICLES),
+    );
+    assert!(everything.values().all(|(node, _)| *node != victim));
+
+    // SIGTERM stops the launcher and every node it started.
+    let mut launcher = launcher;
+    Command::new("kill")
+        .args(["-TERM", &launcher.child.id().to_string()])
+        .status()
+        .unwrap();
+    let exit = eventually("the launcher exits", Duration::from_secs(60), || {
+        launcher.child.try_wait().unwrap()
+    });
+    assert!(exit.success(), "{exit:?}\n{}", launcher.log_text());
+    for (pid, _) in &launcher.nodes {
+        assert!(!alive(*pid), "node pid {pid} outlived the launcher");
+    }
+}
