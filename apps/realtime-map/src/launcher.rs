@@ -47,6 +47,8 @@ pub struct NodeProcess {
     pub child: Child,
     /// Where it serves HTTP.
     pub http: SocketAddr,
+    /// How it ended, once it has.
+    pub exited: Option<std::process::ExitStatus>,
 }
 
 /// Why the local cluster did not start.
@@ -183,7 +185,23 @@ impl LocalCluster {
             name,
             child,
             http,
+            exited: None,
         })
+    }
+
+    /// The nodes that ended since the last call (killed, or failed), so
+    /// that the person running the cluster sees it.
+    pub fn newly_exited(&mut self) -> Vec<&NodeProcess> {
+        let mut ended = Vec::new();
+        for (i, node) in self.nodes.iter_mut().enumerate() {
+            if node.exited.is_none() {
+                if let Ok(Some(status)) = node.child.try_wait() {
+                    node.exited = Some(status);
+                    ended.push(i);
+                }
+            }
+        }
+        ended.into_iter().map(|i| &self.nodes[i]).collect()
     }
 
     /// The run's directory (certificates, lease and state stores).

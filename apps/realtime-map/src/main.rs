@@ -331,7 +331,20 @@ async fn local_cluster(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             format!(" ({} simulated buses)", cli.vehicles)
         }
     );
-    stop_signal().await?;
+    let stop_requested = stop_signal();
+    tokio::pin!(stop_requested);
+    let mut check = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tokio::select! {
+            r = &mut stop_requested => { r?; break; }
+            _ = check.tick() => {
+                for node in cluster.newly_exited() {
+                    let how = node.exited.map(|s| s.to_string()).unwrap_or_default();
+                    println!("node {} pid {} exited ({how})", node.number, node.child.id());
+                }
+            }
+        }
+    }
     eprintln!("realtime-map: stopping the cluster");
     let _ = stop.send(true);
     for task in tasks {

@@ -108,6 +108,8 @@ fn nodes_on_the_map(addr: SocketAddr, long: Duration) -> BTreeSet<String> {
 struct Launcher {
     child: Child,
     nodes: Vec<(u32, SocketAddr)>,
+    /// What the launcher prints after its node lines.
+    printed: std::sync::mpsc::Receiver<String>,
     log: std::path::PathBuf,
 }
 
@@ -148,9 +150,19 @@ impl Launcher {
                 break;
             }
         }
-        // Keep draining stdout so the launcher never blocks on it.
-        std::thread::spawn(move || for _ in lines {});
-        let launcher = Launcher { child, nodes, log };
+        // Keep reading stdout so the launcher never blocks on it.
+        let (tx, printed) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let launcher = Launcher {
+            child,
+            nodes,
+            printed,
+            log,
+        };
         assert_eq!(launcher.nodes.len(), 3, "{}", launcher.log_text());
         launcher
     }
@@ -165,7 +177,10 @@ impl Drop for Launcher {
         let _ = self.child.kill();
         let _ = self.child.wait();
         for (pid, _) in &self.nodes {
-            let _ = Command::new("kill").args(["-9", &pid.to_string()]).status();
+            let _ = Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .stderr(Stdio::null())
+                .status();
         }
         let _ = std::fs::remove_file(&self.log);
     }
@@ -250,6 +265,19 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
         (!alive(victim_pid)).then_some(())
     });
     assert!(get(victim_addr, "/cluster").is_none());
+    // The person running the cluster is told.
+    let told = format!("node 2 pid {victim_pid} exited");
+    eventually(
+        "the launcher reports node2's exit",
+        Duration::from_secs(10),
+        || {
+            launcher
+                .printed
+                .try_iter()
+                .any(|line| line.starts_with(&told))
+                .then_some(())
+        },
+    );
 
     // Its buses answer again from the other two, from the state they had
     // flushed (every 500 ms; a bus reports once a second, so at most two
