@@ -119,25 +119,10 @@ impl App {
     /// Starts everything; returns once the service is subscribed to the
     /// broker and accepting HTTP connections. Call from a tokio runtime.
     pub async fn start(config: Config) -> Result<App, StartError> {
-        let listener = tokio::net::TcpListener::bind(config.listen)
+        let (listener, http) = bind_http(config.listen)
             .await
             .map_err(|e| StartError::Http(config.listen, e))?;
-        let http = listener
-            .local_addr()
-            .map_err(|e| StartError::Http(config.listen, e))?;
-
-        // Vehicle actors do little per message; the HTTP runtime does most of
-        // the work. On 2 cores, one actor worker served 72-80 k requests/s
-        // against 63-67 k with two (three alternating 8 s wrk runs of the
-        // benchmark's load): an idle worker searches for work briefly before
-        // parking, and two searchers compete with the HTTP threads.
-        let workers = config.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
-        });
-        let builder = ActorSystem::builder()
-            .tokio_handle(tokio::runtime::Handle::current())
-            .worker_threads(workers);
-        let system = builder.try_build().map_err(StartError::Actors)?;
+        let system = actor_system(None, config.workers).map_err(StartError::Actors)?;
         let metrics = Arc::new(Metrics::default());
         // Browsers that fall more than this many batches behind skip ahead.
         let (updates, _) = broadcast::channel(16);
@@ -201,15 +186,7 @@ impl App {
             updates,
             stop: stopped.clone(),
         });
-        let mut until_stop = stopped;
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
-                let _ = until_stop.wait_for(|s| *s).await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!("HTTP server stopped: {e}");
-            }
-        }));
+        tasks.push(serve_http(listener, router, stopped));
 
         Ok(App {
             http,
@@ -266,6 +243,55 @@ impl App {
             .await
             .unwrap_or(Ok(()))
     }
+}
+
+/// Binds the HTTP address (port 0 picks one); the listener and where it is.
+pub(crate) async fn bind_http(
+    listen: SocketAddr,
+) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    Ok((listener, addr))
+}
+
+/// The service's actor system on the current tokio runtime, named `name`
+/// in a cluster.
+pub(crate) fn actor_system(
+    name: Option<&str>,
+    workers: Option<usize>,
+) -> Result<ActorSystem, troubadour::BuildError> {
+    // Vehicle actors do little per message; the HTTP runtime does most of
+    // the work. On 2 cores, one actor worker served 72-80 k requests/s
+    // against 63-67 k with two (three alternating 8 s wrk runs of the
+    // benchmark's load): an idle worker searches for work briefly before
+    // parking, and two searchers compete with the HTTP threads.
+    let workers = workers.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
+    });
+    let mut builder = ActorSystem::builder()
+        .tokio_handle(tokio::runtime::Handle::current())
+        .worker_threads(workers);
+    if let Some(name) = name {
+        builder = builder.name(name);
+    }
+    builder.try_build()
+}
+
+/// Serves `router` on `listener` until `stopped` turns true, letting open
+/// requests finish.
+pub(crate) fn serve_http(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    mut stopped: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        });
+        if let Err(e) = serve.await {
+            tracing::error!("HTTP server stopped: {e}");
+        }
+    })
 }
 
 /// Publishes `simulation` to `broker` once per `period` until `stopped`

@@ -465,9 +465,9 @@ impl Handler<Down> for Fleet {
     }
 }
 
-/// Sends the map's changes since the last flush to browsers.
+/// Time to send the map's changes since the last flush to browsers.
 #[derive(Clone)]
-struct Flush;
+pub(crate) struct Flush;
 
 impl Message for Flush {
     type Reply = ();

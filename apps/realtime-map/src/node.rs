@@ -3,6 +3,7 @@
 //! virtual actors, a share of the MQTT feed, and the same HTTP API, which
 //! answers for every vehicle of the cluster whichever node is asked.
 
+use crate::app;
 use crate::broker::BrokerError;
 use crate::fleet::MapBatch;
 use crate::http::{self, Shared, Vehicles};
@@ -216,21 +217,11 @@ impl Node {
     /// subscribed to its share of the feed and serving HTTP. Call from a
     /// tokio runtime.
     pub async fn start(config: NodeConfig) -> Result<Node, NodeError> {
-        let listener = tokio::net::TcpListener::bind(config.listen)
+        let (listener, http) = app::bind_http(config.listen)
             .await
             .map_err(|e| NodeError::Http(config.listen, e))?;
-        let http = listener
-            .local_addr()
-            .map_err(|e| NodeError::Http(config.listen, e))?;
-        let workers = config.workers.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
-        });
-        let system = ActorSystem::builder()
-            .name(&config.name)
-            .tokio_handle(tokio::runtime::Handle::current())
-            .worker_threads(workers)
-            .try_build()
-            .map_err(NodeError::Actors)?;
+        let system =
+            app::actor_system(Some(&config.name), config.workers).map_err(NodeError::Actors)?;
         match Node::start_on(&system, config, listener, http).await {
             Ok(parts) => Ok(parts.into_node(system)),
             Err(e) => {
@@ -392,7 +383,7 @@ impl Node {
             let _ = stop.send(true);
             return Err(NodeError::NotSubscribed(config.mqtt));
         }
-        tasks.push(tokio::spawn(crate::app::count_rate(
+        tasks.push(tokio::spawn(app::count_rate(
             metrics.clone(),
             stopped.clone(),
         )));
@@ -403,15 +394,7 @@ impl Node {
             updates,
             stop: stopped.clone(),
         });
-        let mut until_stop = stopped;
-        tasks.push(tokio::spawn(async move {
-            let serve = axum::serve(listener, router).with_graceful_shutdown(async move {
-                let _ = until_stop.wait_for(|s| *s).await;
-            });
-            if let Err(e) = serve.await {
-                tracing::error!("HTTP server stopped: {e}");
-            }
-        }));
+        tasks.push(app::serve_http(listener, router, stopped));
         Ok(Parts {
             name: config.name,
             http,

@@ -16,7 +16,7 @@
 //! vehicle activated elsewhere (after a handoff, or after its node died)
 //! starts from what was flushed last.
 
-use crate::fleet::{GetState, MapBatch, MapChanges, Moved, VehicleState};
+use crate::fleet::{Flush, GetState, MapBatch, MapChanges, Moved, VehicleState};
 use crate::hfp::Position;
 use crate::http::BoundingBox;
 use crate::metrics::Metrics;
@@ -337,13 +337,6 @@ impl Handler<Left> for MapNode {
             self.changes.gone(id);
         }
     }
-}
-
-#[derive(Clone)]
-struct Flush;
-
-impl Message for Flush {
-    type Reply = ();
 }
 
 impl Handler<Flush> for MapNode {
