@@ -15,6 +15,43 @@
 //	listening on http://127.0.0.1:8080
 //
 // and it exits with status 0 on SIGINT or SIGTERM.
+//
+// # Cluster mode
+//
+// With --cluster-node NAME the process is one node of a GoAkt cluster
+// (GoAkt's clustered mode: memberlist membership, the Olric cluster registry,
+// TCP remoting; peers are found with GoAkt's static discovery provider, from
+// the --seeds list). Each vehicle is then a GoAkt grain (a virtual actor,
+// named "vehicle-<oper>-<veh>"), activated on the node that first sends it a
+// message and registered in the cluster registry, so that any node reaches it
+// with TellGrain / AskGrain. Every node subscribes to the MQTT shared
+// subscription "$share/goakt-realtime-map//hfp/v2/journey/ongoing/vp/#", so
+// the broker hands each position to one node, which sends it to the
+// vehicle's grain wherever it lives. Every node serves the same HTTP API;
+// /vehicle answers have an extra "node" field, the --cluster-node of the node
+// hosting the grain. State is in memory only (no persistence): a node killed
+// with kill -9 loses its vehicles' states, and the next position or query
+// for such a vehicle activates it again, fresh, on a live node. Three nodes
+// on one machine (loopback addresses), started one after the other or all at
+// once:
+//
+//	goakt-realtime-map --mqtt mqtt://127.0.0.1:1883 --listen 127.0.0.1:8080 \
+//	    --cluster-node n1 --cluster-bind 127.0.0.1 \
+//	    --seeds 127.0.0.1:7946,127.0.0.2:7946,127.0.0.3:7946
+//	goakt-realtime-map --mqtt mqtt://127.0.0.1:1883 --listen 127.0.0.2:8080 \
+//	    --cluster-node n2 --cluster-bind 127.0.0.2 \
+//	    --seeds 127.0.0.1:7946,127.0.0.2:7946,127.0.0.3:7946
+//	goakt-realtime-map --mqtt mqtt://127.0.0.1:1883 --listen 127.0.0.3:8080 \
+//	    --cluster-node n3 --cluster-bind 127.0.0.3 \
+//	    --seeds 127.0.0.1:7946,127.0.0.2:7946,127.0.0.3:7946
+//
+// Each node uses three ports on its --cluster-bind address: --discovery-port
+// (memberlist gossip, TCP and UDP; the port named in --seeds, default 7946),
+// --peers-port (Olric, default 7947) and --remoting-port (GoAkt remoting,
+// default 7948). A node prints its "listening" line once it has joined the
+// cluster (through any seed that answers; with none, it starts a cluster of
+// its own, which later nodes join), subscribed, and listens. README.md has
+// the details and the limitations.
 package main
 
 import (
@@ -23,6 +60,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"hash/fnv"
 	stdlog "log"
 	"math"
 	"net"
@@ -41,14 +79,19 @@ import (
 
 	mqtt "github.com/eclipse/paho.mqtt.golang"
 	"github.com/tochemey/goakt/v4/actor"
+	"github.com/tochemey/goakt/v4/discovery/static"
 	gerrors "github.com/tochemey/goakt/v4/errors"
 	goaktlog "github.com/tochemey/goakt/v4/log"
 	"github.com/tochemey/goakt/v4/passivation"
+	"github.com/tochemey/goakt/v4/remote"
 )
 
 const (
 	topicFilter = "/hfp/v2/journey/ongoing/vp/#"
-	askTimeout  = time.Second
+	// sharedTopicFilter is topicFilter as an MQTT shared subscription of
+	// the cluster's nodes: the broker hands each position to one of them.
+	sharedTopicFilter = "$share/goakt-realtime-map/" + topicFilter
+	askTimeout        = time.Second
 	// actorPrefix starts the name of every vehicle actor; the rest is
 	// "<oper>-<veh>" (GoAkt actor names may not contain '/').
 	actorPrefix = "vehicle-"
@@ -89,6 +132,20 @@ type VehicleState struct {
 	Heading   float64 `json:"heading"`
 	Timestamp string  `json:"timestamp"`
 	Updates   uint64  `json:"updates"`
+	// Node is the cluster node hosting the vehicle (cluster mode only).
+	Node string `json:"node,omitempty"`
+}
+
+// apply records a new position.
+func (s *VehicleState) apply(msg *position) {
+	s.Route = msg.Route
+	s.Line = msg.Line
+	s.Lat = msg.Lat
+	s.Long = msg.Long
+	s.Speed = msg.Speed
+	s.Heading = msg.Heading
+	s.Timestamp = msg.Timestamp
+	s.Updates++
 }
 
 // ---------------------------------------------------------------------------
@@ -109,15 +166,7 @@ func (v *vehicle) PreStart(*actor.Context) error { return nil }
 func (v *vehicle) Receive(ctx *actor.ReceiveContext) {
 	switch msg := ctx.Message().(type) {
 	case *position:
-		s := &v.state
-		s.Route = msg.Route
-		s.Line = msg.Line
-		s.Lat = msg.Lat
-		s.Long = msg.Long
-		s.Speed = msg.Speed
-		s.Heading = msg.Heading
-		s.Timestamp = msg.Timestamp
-		s.Updates++
+		v.state.apply(msg)
 	case *getState:
 		ctx.Response(v.state) // a copy
 	case *actor.PostStart:
@@ -215,14 +264,19 @@ type fleet struct {
 	positions atomic.Uint64
 	malformed atomic.Uint64
 
-	logMu     sync.Mutex // rate limit of the problem log lines
-	logWindow time.Time
-	logLines  int
+	logLimiter
 }
 
 // logBurst is how many problem lines (malformed payloads, undeliverable
 // positions) are logged per second at most.
 const logBurst = 10
+
+// logLimiter rate limits the problem log lines.
+type logLimiter struct {
+	logMu     sync.Mutex
+	logWindow time.Time
+	logLines  int
+}
 
 func newFleet(system actor.ActorSystem, idle time.Duration) *fleet {
 	return &fleet{
@@ -281,7 +335,7 @@ func (f *fleet) spawn(ctx context.Context, id, name string) (*actor.PID, error) 
 	return f.system.Spawn(ctx, name, newVehicle(id), f.spawnOpts...)
 }
 
-func (f *fleet) logLimited(format string, args ...any) {
+func (f *logLimiter) logLimited(format string, args ...any) {
 	f.logMu.Lock()
 	now := time.Now()
 	if now.Sub(f.logWindow) >= time.Second {
@@ -513,11 +567,28 @@ func main() {
 	}
 }
 
+// clusterFlags are the flags of cluster mode.
+type clusterFlags struct {
+	node          string
+	bind          string
+	discoveryPort int
+	peersPort     int
+	remotingPort  int
+	seeds         string
+}
+
 func run() error {
 	mqttFlag := flag.String("mqtt", "mqtt://127.0.0.1:1883", "MQTT broker, mqtt://host[:port]")
 	listen := flag.String("listen", "127.0.0.1:8080", "HTTP listen address")
 	idle := idleFlag(60 * time.Second)
 	flag.Var(&idle, "idle", "passivate a vehicle actor after this long without messages (60s, 500ms, 5m, or seconds)")
+	var cf clusterFlags
+	flag.StringVar(&cf.node, "cluster-node", "", "run as the cluster node of this name, unique in the cluster (enables cluster mode)")
+	flag.StringVar(&cf.bind, "cluster-bind", "127.0.0.1", "cluster mode: IP address of this node's discovery, peers and remoting ports")
+	flag.IntVar(&cf.discoveryPort, "discovery-port", 7946, "cluster mode: memberlist (gossip) port, TCP and UDP; the port of this node in --seeds")
+	flag.IntVar(&cf.peersPort, "peers-port", 7947, "cluster mode: cluster registry (Olric) port")
+	flag.IntVar(&cf.remotingPort, "remoting-port", 7948, "cluster mode: GoAkt remoting port")
+	flag.StringVar(&cf.seeds, "seeds", "", "cluster mode: the nodes' host:discovery-port, comma-separated (static discovery; default: this node only)")
 	flag.Parse()
 	if flag.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flag.Arg(0))
@@ -526,9 +597,25 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	if cf.node == "" {
+		var clusterOnly []string
+		flag.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "cluster-bind", "discovery-port", "peers-port", "remoting-port", "seeds":
+				clusterOnly = append(clusterOnly, "--"+f.Name)
+			}
+		})
+		if len(clusterOnly) > 0 {
+			return fmt.Errorf("%s only apply to cluster mode: add --cluster-node NAME", strings.Join(clusterOnly, ", "))
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+
+	if cf.node != "" {
+		return runCluster(ctx, mqttURL, *listen, time.Duration(idle), &cf)
+	}
 
 	// The actor system. GoAkt's logger only reports errors: it would
 	// otherwise log every lookup of an unknown vehicle and every passivation.
@@ -540,32 +627,46 @@ func run() error {
 	if err := system.Start(context.Background()); err != nil {
 		return fmt.Errorf("actor system start: %w", err)
 	}
-	defer func() {
-		stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		start := time.Now()
-		if err := system.Stop(stopCtx); err != nil {
-			logger.Printf("actor system stop: %v", err)
-		}
-		logger.Printf("actor system stopped in %v", time.Since(start).Round(time.Millisecond))
-	}()
+	defer stopSystem(system)
 	f := newFleet(system, time.Duration(idle))
 
+	return serve(ctx, mqttURL, fmt.Sprintf("goakt-realtime-map-%d", os.Getpid()), topicFilter, f.onMessage,
+		*listen, (&api{system: system}).routes(), func() {
+			logger.Printf("%d positions routed, %d malformed payloads", f.positions.Load(), f.malformed.Load())
+		})
+}
+
+func stopSystem(system actor.ActorSystem) {
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := system.Stop(stopCtx); err != nil {
+		logger.Printf("actor system stop: %v", err)
+	}
+	logger.Printf("actor system stopped in %v", time.Since(start).Round(time.Millisecond))
+}
+
+// serve subscribes to topic on the broker, serves handler on listen, prints
+// the "listening" line and runs until ctx is done (or the HTTP server
+// fails). Then it stops the HTTP server, calls stopped, and disconnects from
+// the broker.
+func serve(ctx context.Context, mqttURL, clientID, topic string, onMessage mqtt.MessageHandler,
+	listen string, handler http.Handler, stopped func()) error {
 	// MQTT: subscribe on every (re)connection; the first subscription
 	// unblocks start-up.
 	subscribed := make(chan error, 1)
 	var once sync.Once
 	opts := mqtt.NewClientOptions().
 		AddBroker(mqttURL).
-		SetClientID(fmt.Sprintf("goakt-realtime-map-%d", os.Getpid())).
+		SetClientID(clientID).
 		SetCleanSession(true).
 		SetAutoReconnect(true).
 		SetConnectTimeout(10 * time.Second).
 		SetOnConnectHandler(func(c mqtt.Client) {
-			t := c.Subscribe(topicFilter, 0, f.onMessage)
+			t := c.Subscribe(topic, 0, onMessage)
 			t.Wait()
 			if err := t.Error(); err != nil {
-				logger.Printf("subscribe %s: %v", topicFilter, err)
+				logger.Printf("subscribe %s: %v", topic, err)
 			}
 			once.Do(func() { subscribed <- t.Error() })
 		}).
@@ -584,7 +685,7 @@ func run() error {
 	select {
 	case err := <-subscribed:
 		if err != nil {
-			return fmt.Errorf("cannot subscribe to %s: %w", topicFilter, err)
+			return fmt.Errorf("cannot subscribe to %s: %w", topic, err)
 		}
 	case <-time.After(15 * time.Second):
 		return fmt.Errorf("no subscription acknowledgement from %s", mqttURL)
@@ -593,12 +694,12 @@ func run() error {
 	}
 
 	// HTTP
-	ln, err := net.Listen("tcp", *listen)
+	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
 	}
 	srv := &http.Server{
-		Handler:           (&api{system: system}).routes(),
+		Handler:           handler,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       120 * time.Second,
 	}
@@ -617,6 +718,439 @@ func run() error {
 	if err := srv.Shutdown(shutdownCtx); err != nil {
 		logger.Printf("HTTP shutdown: %v", err)
 	}
-	logger.Printf("%d positions routed, %d malformed payloads", f.positions.Load(), f.malformed.Load())
+	stopped()
 	return nil
+}
+
+// ---------------------------------------------------------------------------
+// Cluster mode: vehicles are grains
+
+// nodeName is this node's --cluster-node; set before the actor system
+// starts, read by the vehicle grains.
+var nodeName string
+
+// vehicleGrain is a vehicle in cluster mode: a GoAkt grain (virtual actor)
+// named "vehicle-<oper>-<veh>". GoAkt activates it on its first message, on
+// the node that sends it (unless it is active elsewhere in the cluster), and
+// deactivates it after --idle without messages.
+type vehicleGrain struct {
+	state VehicleState
+}
+
+var _ actor.Grain = (*vehicleGrain)(nil)
+
+func newVehicleGrain(context.Context) (actor.Grain, error) { return new(vehicleGrain), nil }
+
+// OnActivate starts with a fresh state: a grain keeps its state in memory
+// only, so one activated again (after passivation, or on another node after
+// its node crashed) has no position until the next one arrives.
+func (g *vehicleGrain) OnActivate(_ context.Context, props *actor.GrainProps) error {
+	name := strings.TrimPrefix(props.Identity().Name(), actorPrefix)
+	g.state = VehicleState{ID: strings.Replace(name, "-", "/", 1), Node: nodeName}
+	return nil
+}
+
+func (g *vehicleGrain) OnReceive(ctx *actor.GrainContext) {
+	switch msg := ctx.Message().(type) {
+	case *position:
+		g.state.apply(msg)
+		ctx.NoErr()
+	case *getState:
+		state := g.state // a copy
+		ctx.Response(&state)
+	default:
+		ctx.Unhandled()
+	}
+}
+
+func (g *vehicleGrain) OnDeactivate(context.Context, *actor.GrainProps) error { return nil }
+
+// Ingest workers: positions are sent to their grains by ingestWorkers
+// goroutines, each vehicle always by the same one, so that a vehicle's
+// positions arrive in order while sends to different grains (each a round
+// trip to the grain's node) overlap.
+const (
+	ingestWorkers    = 16
+	ingestQueue      = 256
+	grainSendTimeout = 5 * time.Second
+)
+
+type ingest struct {
+	id, name string
+	pos      *position
+}
+
+// clusterFleet routes positions and queries to the vehicle grains.
+type clusterFleet struct {
+	system actor.ActorSystem
+	idle   time.Duration
+	ids    sync.Map // grain name -> *actor.GrainIdentity
+
+	// Scans of the cluster registry for the vehicle grains' identities
+	// (see identity).
+	scanMu       sync.Mutex
+	scanDone     *sync.Cond
+	scanning     bool
+	scansStarted uint64
+	scansDone    uint64
+
+	queueMu sync.RWMutex
+	closed  bool
+	queues  []chan ingest
+	workers sync.WaitGroup
+
+	positions   atomic.Uint64
+	malformed   atomic.Uint64
+	undelivered atomic.Uint64
+
+	logLimiter
+}
+
+func newClusterFleet(system actor.ActorSystem, idle time.Duration) *clusterFleet {
+	f := &clusterFleet{system: system, idle: idle}
+	f.scanDone = sync.NewCond(&f.scanMu)
+	for range ingestWorkers {
+		q := make(chan ingest, ingestQueue)
+		f.queues = append(f.queues, q)
+		f.workers.Go(func() {
+			for job := range q {
+				ctx, cancel := context.WithTimeout(context.Background(), grainSendTimeout)
+				err := f.tell(ctx, job.name, job.pos)
+				cancel()
+				if err != nil {
+					n := f.undelivered.Add(1)
+					f.logLimited("cannot deliver a position to vehicle %s (%d undelivered so far): %v", job.id, n, err)
+					continue
+				}
+				f.positions.Add(1)
+			}
+		})
+	}
+	return f
+}
+
+// onMessage is the MQTT message handler.
+func (f *clusterFleet) onMessage(_ mqtt.Client, m mqtt.Message) {
+	id, name, pos, err := parsePosition(m.Payload())
+	if err != nil {
+		n := f.malformed.Add(1)
+		f.logLimited("malformed payload on %s (%d malformed so far): %v", m.Topic(), n, err)
+		return
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(name))
+	f.queueMu.RLock()
+	defer f.queueMu.RUnlock()
+	if !f.closed {
+		f.queues[h.Sum32()%uint32(len(f.queues))] <- ingest{id: id, name: name, pos: pos}
+	}
+}
+
+// close stops the ingest workers once they have sent the queued positions.
+func (f *clusterFleet) close() {
+	f.queueMu.Lock()
+	f.closed = true
+	for _, q := range f.queues {
+		close(q)
+	}
+	f.queueMu.Unlock()
+	f.workers.Wait()
+}
+
+// identity returns the grain identity of a vehicle, for TellGrain and
+// AskGrain; identities are kept once known.
+//
+// GoAkt's GrainIdentity is the way to get the identity of a grain that is
+// active nowhere: it claims the grain in the cluster registry and activates
+// it on this node. For a grain active on another node it would ask that node
+// to activate it (a no-op) but, in GoAkt v4.2.1, that request is malformed
+// (the grain's name is sent with its kind prefixed, which the other node
+// rejects), so GrainIdentity takes the failure for a crashed owner: it drops
+// the registry entry and activates a second, fresh instance here. So a
+// vehicle unknown to this node is first looked for among the grains of the
+// cluster registry (ActorSystem.Grains, which returns their identities),
+// and GrainIdentity is used only for one that is not there. With fresh set
+// (a send failed: the owner crashed), GrainIdentity is called directly, as
+// activating the grain here is then the point.
+func (f *clusterFleet) identity(ctx context.Context, name string, fresh bool) (*actor.GrainIdentity, error) {
+	if !fresh {
+		if id, ok := f.ids.Load(name); ok {
+			return id.(*actor.GrainIdentity), nil
+		}
+		f.scanRegistry()
+		if id, ok := f.ids.Load(name); ok {
+			return id.(*actor.GrainIdentity), nil
+		}
+	}
+	id, err := f.system.GrainIdentity(ctx, name, newVehicleGrain, actor.WithGrainDeactivateAfter(f.idle))
+	if err != nil {
+		return nil, err
+	}
+	f.ids.Store(name, id)
+	return id, nil
+}
+
+// scanRegistry returns once a scan of the cluster registry that started
+// after the call has stored the identities of the cluster's vehicle grains.
+// One scan runs at a time; callers that arrive during a scan share the next.
+func (f *clusterFleet) scanRegistry() {
+	f.scanMu.Lock()
+	defer f.scanMu.Unlock()
+	need := f.scansStarted + 1
+	for f.scansDone < need {
+		if f.scanning {
+			f.scanDone.Wait()
+			continue
+		}
+		f.scanning = true
+		f.scansStarted++
+		this := f.scansStarted
+		f.scanMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 2*askTimeout)
+		for _, id := range f.system.Grains(ctx, 2*askTimeout) {
+			if strings.HasPrefix(id.Name(), actorPrefix) {
+				f.ids.LoadOrStore(id.Name(), id)
+			}
+		}
+		cancel()
+		f.scanMu.Lock()
+		f.scanning = false
+		f.scansDone = this
+		f.scanDone.Broadcast()
+	}
+}
+
+// tell sends a position to its vehicle's grain, wherever it lives. When the
+// send fails other than by a timeout (typically: the grain's node crashed
+// and the cluster registry still names it), GrainIdentity resolves the grain
+// again (it drops the registry entry of an unreachable owner and activates
+// the grain on this node) and the position is sent once more.
+func (f *clusterFleet) tell(ctx context.Context, name string, pos *position) error {
+	id, err := f.identity(ctx, name, false)
+	if err != nil {
+		return err
+	}
+	err = f.system.TellGrain(ctx, id, pos)
+	if err == nil || isTimeout(err) {
+		return err
+	}
+	id, err2 := f.identity(ctx, name, true)
+	if err2 != nil {
+		return fmt.Errorf("%v; resolving the grain again: %v", err, err2)
+	}
+	return f.system.TellGrain(ctx, id, pos)
+}
+
+// ask asks a vehicle's grain for its state, resolving the grain again as
+// tell does when the first Ask fails other than by a timeout.
+func (f *clusterFleet) ask(ctx context.Context, name string) (VehicleState, error) {
+	id, err := f.identity(ctx, name, false)
+	if err != nil {
+		return VehicleState{}, err
+	}
+	reply, err := f.system.AskGrain(ctx, id, getStateMsg, askTimeout)
+	if err != nil && !isTimeout(err) {
+		if id, err2 := f.identity(ctx, name, true); err2 == nil {
+			reply, err = f.system.AskGrain(ctx, id, getStateMsg, askTimeout)
+		}
+	}
+	if err != nil {
+		return VehicleState{}, err
+	}
+	return grainState(reply)
+}
+
+func grainState(reply any) (VehicleState, error) {
+	switch s := reply.(type) {
+	case *VehicleState:
+		return *s, nil
+	case VehicleState:
+		return s, nil
+	default:
+		return VehicleState{}, fmt.Errorf("unexpected reply %T", reply)
+	}
+}
+
+// isTimeout tells whether a send failed by a timeout (a remote grain's
+// timeout arrives as an error with the same text).
+func isTimeout(err error) bool {
+	return errors.Is(err, gerrors.ErrRequestTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		strings.Contains(err.Error(), gerrors.ErrRequestTimeout.Error())
+}
+
+type clusterAPI struct {
+	fleet *clusterFleet
+}
+
+func (a *clusterAPI) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /vehicle", a.vehicle)
+	mux.HandleFunc("GET /vehicles", a.vehicles)
+	return mux
+}
+
+// vehicle: GET /vehicle?id=22/1043, answered by the vehicle's grain,
+// wherever it lives. Every well-formed id names a grain: one without a
+// position (it never had one, or it was activated again after passivation
+// or after its node crashed) answers 404.
+func (a *clusterAPI) vehicle(w http.ResponseWriter, r *http.Request) {
+	id := r.URL.Query().Get("id")
+	if id == "" {
+		writeError(w, http.StatusBadRequest, "missing query parameter id")
+		return
+	}
+	name, ok := actorNameOf(id)
+	if !ok {
+		writeError(w, http.StatusNotFound, "no vehicle with id "+id)
+		return
+	}
+	// The Ask itself times out after askTimeout; the whole answer, with the
+	// grain's look-up in the cluster registry and a second try after a
+	// failure, after twice that.
+	ctx, cancel := context.WithTimeout(r.Context(), 2*askTimeout)
+	defer cancel()
+	state, err := a.fleet.ask(ctx, name)
+	switch {
+	case err == nil && state.Updates > 0:
+		writeJSON(w, http.StatusOK, &state)
+	case err == nil:
+		writeError(w, http.StatusNotFound, "no vehicle with id "+id)
+	case isTimeout(err):
+		writeError(w, http.StatusServiceUnavailable,
+			fmt.Sprintf("vehicle %s did not answer within %d ms", id, askTimeout.Milliseconds()))
+	default:
+		writeError(w, http.StatusServiceUnavailable, "vehicle "+id+" could not answer ("+err.Error()+"); try again")
+	}
+}
+
+// vehicles: GET /vehicles?bbox=minlon,minlat,maxlon,maxlat. Every vehicle
+// grain in the cluster registry is asked for its state, a few at a time.
+func (a *clusterAPI) vehicles(w http.ResponseWriter, r *http.Request) {
+	q, ok := r.URL.Query()["bbox"]
+	if !ok {
+		writeError(w, http.StatusBadRequest, "missing query parameter bbox=minlon,minlat,maxlon,maxlat")
+		return
+	}
+	box, err := parseBBox(q[0])
+	if err != nil {
+		writeError(w, http.StatusBadRequest, err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), askTimeout)
+	defer cancel()
+	system := a.fleet.system
+	var live []*actor.GrainIdentity
+	for _, id := range system.Grains(ctx, askTimeout) {
+		if strings.HasPrefix(id.Name(), actorPrefix) {
+			live = append(live, id)
+		}
+	}
+
+	// A vehicle that passivated meanwhile, or does not answer in time, is
+	// left out.
+	workers := min(runtime.GOMAXPROCS(0)*4, len(live))
+	found := make([][]VehicleState, workers)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for k := range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(live) {
+					return
+				}
+				reply, err := system.AskGrain(ctx, live[i], getStateMsg, askTimeout)
+				if err != nil {
+					continue
+				}
+				state, err := grainState(reply)
+				if err == nil && state.Updates > 0 && box.contains(&state) {
+					found[k] = append(found[k], state)
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	reply := vehiclesReply{Vehicles: make([]VehicleState, 0)}
+	for _, states := range found {
+		reply.Vehicles = append(reply.Vehicles, states...)
+	}
+	sort.Slice(reply.Vehicles, func(i, j int) bool { return reply.Vehicles[i].ID < reply.Vehicles[j].ID })
+	reply.Count = len(reply.Vehicles)
+	writeJSON(w, http.StatusOK, &reply)
+}
+
+// runCluster runs this process as one node of a GoAkt cluster.
+func runCluster(ctx context.Context, mqttURL, listen string, idle time.Duration, cf *clusterFlags) error {
+	if strings.IndexFunc(cf.node, func(r rune) bool {
+		return !(r == '-' || r == '_' || r == '.' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) >= 0 {
+		return fmt.Errorf("--cluster-node %q: use letters, digits, '-', '_' and '.'", cf.node)
+	}
+	if net.ParseIP(cf.bind) == nil {
+		return fmt.Errorf("--cluster-bind %q is not an IP address", cf.bind)
+	}
+	for _, p := range []struct {
+		name string
+		port int
+	}{{"discovery-port", cf.discoveryPort}, {"peers-port", cf.peersPort}, {"remoting-port", cf.remotingPort}} {
+		if p.port <= 0 || p.port > 65535 {
+			return fmt.Errorf("--%s %d is not a port", p.name, p.port)
+		}
+	}
+	var seeds []string
+	for s := range strings.SplitSeq(cf.seeds, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(s); err != nil || port == "" {
+			return fmt.Errorf("--seeds: %q is not host:port", s)
+		}
+		seeds = append(seeds, s)
+	}
+	if len(seeds) == 0 {
+		seeds = []string{net.JoinHostPort(cf.bind, strconv.Itoa(cf.discoveryPort))}
+	}
+	nodeName = cf.node
+
+	// GoAkt's clustered mode: static discovery of the seeds, the vehicle
+	// grain kind registered with the cluster, and remoting, whose CBOR
+	// serializer carries the messages between nodes. The cluster registry
+	// keeps GoAkt's default of one replica per entry (with two, a node
+	// cannot start a cluster alone): entries held by a crashed node are lost,
+	// and the live nodes put their grains back when they see it leave.
+	clusterConfig := actor.NewClusterConfig().
+		WithDiscovery(static.NewDiscovery(&static.Config{Hosts: seeds})).
+		WithDiscoveryPort(cf.discoveryPort).
+		WithPeersPort(cf.peersPort).
+		WithGrains(new(vehicleGrain)).
+		WithShutdownTimeout(10 * time.Second)
+	remoteConfig := remote.NewConfig(cf.bind, cf.remotingPort,
+		remote.WithSerializables(new(position), new(getState), new(VehicleState)))
+	system, err := actor.NewActorSystem("realtime-map",
+		actor.WithLogger(goaktlog.NewSlog(goaktlog.ErrorLevel, os.Stderr)),
+		actor.WithRemote(remoteConfig),
+		actor.WithCluster(clusterConfig))
+	if err != nil {
+		return fmt.Errorf("actor system: %w", err)
+	}
+	if err := system.Start(context.Background()); err != nil {
+		return fmt.Errorf("actor system start (cluster node %s): %w", cf.node, err)
+	}
+	defer stopSystem(system)
+	peers, err := system.Peers(ctx, time.Second)
+	if err != nil {
+		logger.Printf("node %s: cannot list the cluster's nodes: %v", cf.node, err)
+	} else {
+		logger.Printf("node %s (%s) joined the cluster; %d other nodes", cf.node, cf.bind, len(peers))
+	}
+
+	f := newClusterFleet(system, idle)
+	err = serve(ctx, mqttURL, fmt.Sprintf("goakt-realtime-map-%s-%d", cf.node, os.Getpid()), sharedTopicFilter,
+		f.onMessage, listen, (&clusterAPI{fleet: f}).routes(), func() {})
+	f.close()
+	logger.Printf("%d positions routed, %d undeliverable, %d malformed payloads",
+		f.positions.Load(), f.undelivered.Load(), f.malformed.Load())
+	return err
 }
