@@ -366,8 +366,13 @@ async fn simulate_only(
 ) -> Result<(), Box<dyn std::error::Error>> {
     let simulation = Simulation::new(vehicles, seed);
     if print_ids {
+        use std::io::Write;
+        let mut out = std::io::stdout().lock();
         for id in simulation.ids() {
-            println!("{id}");
+            // A reader that has seen enough (`| head`) closes the pipe.
+            if writeln!(out, "{id}").is_err() {
+                break;
+            }
         }
         return Ok(());
     }
