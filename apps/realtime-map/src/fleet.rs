@@ -159,16 +159,24 @@ impl Actor for Vehicle {
     }
 }
 
+/// Fails the vehicle `own` if it was sent another bus's position: positions
+/// are routed by id (by the fleet, or in a cluster by the shard), so this
+/// means the routing is broken and the actor's state can't be trusted.
+pub(crate) fn misrouted<A: Actor>(own: &str, p: &Position, ctx: &mut Context<A>) -> bool {
+    if *p.id == *own {
+        return false;
+    }
+    ctx.fail(format!(
+        "vehicle {own} was sent a position of vehicle {}",
+        p.id
+    ));
+    true
+}
+
 impl Handler<Position> for Vehicle {
     fn handle(&mut self, p: Position, ctx: &mut Context<Self>) {
         self.metrics.positions_handled.fetch_add(1, Relaxed);
-        if p.id != self.id {
-            // The fleet routes by id; a position for another bus means the
-            // routing is broken, and this actor's state can't be trusted.
-            ctx.fail(format!(
-                "vehicle {} was sent a position of vehicle {}",
-                self.id, p.id
-            ));
+        if misrouted(&self.id, &p, ctx) {
             return;
         }
         self.last_position = ctx.now();

@@ -16,7 +16,7 @@
 //! vehicle activated elsewhere (after a handoff, or after its node died)
 //! starts from what was flushed last.
 
-use crate::fleet::{Flush, GetState, MapBatch, MapChanges, Moved, VehicleState};
+use crate::fleet::{misrouted, Flush, GetState, MapBatch, MapChanges, Moved, VehicleState};
 use crate::hfp::Position;
 use crate::http::BoundingBox;
 use crate::metrics::Metrics;
@@ -155,12 +155,7 @@ impl Actor for VirtualVehicle {
 impl Handler<Position> for VirtualVehicle {
     fn handle(&mut self, p: Position, ctx: &mut Context<Self>) {
         self.metrics.positions_handled.fetch_add(1, Relaxed);
-        if p.id != self.id {
-            // The cluster routes by id; anything else is a routing bug.
-            ctx.fail(format!(
-                "vehicle {} was sent a position of vehicle {}",
-                self.id, p.id
-            ));
+        if misrouted(&self.id, &p, ctx) {
             return;
         }
         let updates = self.state.as_ref().map_or(0, |s| s.updates) + 1;
