@@ -33,6 +33,16 @@ const IMPLEMENTATIONS: &[(&str, Make)] = &[
     ("plain", |threads| Box::new(plain::Plain::new(threads))),
 ];
 
+/// Variants run only when named (`--impl`), never by the suite: what a
+/// runtime costs with a feature switched on, A/B against its default.
+const VARIANTS: &[(&str, Make)] = &[
+    // The same code on a system that observes its actors (per-actor
+    // counters and the table of live actors a dashboard reads).
+    ("troubadour-observed", |threads| {
+        Box::new(troubadour::Troubadour::observed(threads))
+    }),
+];
+
 /// The names of all implementations.
 pub fn names() -> impl Iterator<Item = &'static str> {
     IMPLEMENTATIONS.iter().map(|(name, _)| *name)
@@ -42,6 +52,7 @@ pub fn names() -> impl Iterator<Item = &'static str> {
 pub fn contender(name: &str, threads: usize) -> Option<Box<dyn Contender>> {
     IMPLEMENTATIONS
         .iter()
+        .chain(VARIANTS)
         .find(|(known, _)| *known == name)
         .map(|(_, make)| make(threads))
 }

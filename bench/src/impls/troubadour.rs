@@ -19,18 +19,34 @@ const HANG: Duration = Duration::from_secs(600);
 
 pub struct Troubadour {
     threads: usize,
+    observe: bool,
 }
 
 impl Troubadour {
     pub fn new(threads: usize) -> Troubadour {
-        Troubadour { threads }
+        Troubadour {
+            threads,
+            observe: false,
+        }
+    }
+
+    /// On systems that observe their actors (`ActorSystemBuilder::observe`).
+    pub fn observed(threads: usize) -> Troubadour {
+        Troubadour {
+            threads,
+            observe: true,
+        }
     }
 
     fn system(&self) -> ActorSystem {
-        ActorSystem::builder()
+        let builder = ActorSystem::builder()
             .worker_threads(self.threads)
-            .ask_timeout(HANG)
-            .build()
+            .ask_timeout(HANG);
+        if self.observe {
+            builder.observe().build()
+        } else {
+            builder.build()
+        }
     }
 }
 

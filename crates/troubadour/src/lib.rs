@@ -98,10 +98,14 @@ pub use api::inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
 pub use api::node_id::NodeId;
 pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
 pub use runtime::crash_report::CrashReports;
-pub use runtime::dead_letters::DeadLetter;
+pub use runtime::dead_letters::{DeadLetter, DeadLetterReason};
 pub use runtime::envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use runtime::envelope::{Envelope, EnvelopeVTable};
+pub use runtime::observation::{
+    ActorDetails, ActorSample, DeadLetterCounts, KindMetrics, RuntimeMetrics, WorkerMetrics,
+    DEPTH_CAP,
+};
 pub use runtime::scheduler::TurnRun;
 pub use runtime::spawn::{Mailbox, SpawnOptions};
 pub use runtime::system::{ActorSystem, ActorSystemBuilder, SystemHandle};

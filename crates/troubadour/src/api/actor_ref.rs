@@ -110,10 +110,11 @@ impl<A: Actor> ActorRef<A> {
     {
         if let Some(bound) = self.cell.config.as_ref().and_then(|c| c.bound.as_ref()) {
             if bound.take_for_system().is_err() {
-                self.cell
-                    .system
-                    .dead_letters
-                    .record(self.cell.id, std::any::type_name::<M>());
+                self.cell.system.dead_letters.record(
+                    self.cell.id,
+                    std::any::type_name::<M>(),
+                    crate::runtime::dead_letters::DeadLetterReason::RecipientStopped,
+                );
                 return Err(SendError::Stopped(msg));
             }
             if self.cell.closed_or_held() {
@@ -164,10 +165,11 @@ impl<A: Actor> ActorRef<A> {
                 };
                 Err(match refusal {
                     Refusal::Stopped => {
-                        self.cell
-                            .system
-                            .dead_letters
-                            .record(self.cell.id, std::any::type_name::<M>());
+                        self.cell.system.dead_letters.record(
+                            self.cell.id,
+                            std::any::type_name::<M>(),
+                            crate::runtime::dead_letters::DeadLetterReason::RecipientStopped,
+                        );
                         SendError::Stopped(msg)
                     }
                     Refusal::Full => SendError::Full(msg),
@@ -199,7 +201,11 @@ impl<A: Actor> ActorRef<A> {
             if let (true, Some(bound)) = (has_room, bound) {
                 bound.free();
             }
-            self.cell.system.dead_letters.record(self.cell.id, name);
+            self.cell.system.dead_letters.record(
+                self.cell.id,
+                name,
+                crate::runtime::dead_letters::DeadLetterReason::RecipientStopped,
+            );
             return Err(SendError::Stopped(msg));
         }
         if let Some(route) = self.cell.route() {

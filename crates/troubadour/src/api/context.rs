@@ -163,7 +163,11 @@ impl<A: Actor> Context<A> {
     #[cfg(feature = "simulation")]
     pub(crate) fn dead_letter(&self, message: &'static str) {
         let cell = self.cell();
-        cell.system.dead_letters.record(cell.id, message);
+        cell.system.dead_letters.record(
+            cell.id,
+            message,
+            crate::runtime::dead_letters::DeadLetterReason::RecipientStopped,
+        );
     }
 
     /// Stops this actor after the current handler returns: its children
@@ -427,9 +431,11 @@ impl<A: Actor> Context<A> {
                         Ok(()) => Fired::SentAgain,
                         Err(SendError::Full(_)) => {
                             let cell = actor.cell();
-                            cell.system
-                                .dead_letters
-                                .record(cell.id, std::any::type_name::<M>());
+                            cell.system.dead_letters.record(
+                                cell.id,
+                                std::any::type_name::<M>(),
+                                crate::runtime::dead_letters::DeadLetterReason::MailboxFull,
+                            );
                             Fired::SentAgain
                         }
                         // Stopped: nothing left to tick for.

@@ -119,9 +119,11 @@ impl<M: Message> InboxSink<M> {
         let mut queue = self.lock();
         if queue.closed {
             drop(queue);
-            self.system
-                .dead_letters
-                .record(self.id, std::any::type_name::<M>());
+            self.system.dead_letters.record(
+                self.id,
+                std::any::type_name::<M>(),
+                crate::runtime::dead_letters::DeadLetterReason::RecipientStopped,
+            );
             return Err(item);
         }
         queue.items.push_back(item);
@@ -253,10 +255,11 @@ impl<M: Message> Drop for Inbox<M> {
         // Never handled: dead letters, as a stopped actor's queue is. Their
         // reply channels drop with them, so their asks end with `NoReply`.
         for item in items {
-            self.sink
-                .system
-                .dead_letters
-                .record(self.sink.id, std::any::type_name::<M>());
+            self.sink.system.dead_letters.record(
+                self.sink.id,
+                std::any::type_name::<M>(),
+                crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
+            );
             drop(item);
         }
     }

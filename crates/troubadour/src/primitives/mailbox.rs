@@ -209,6 +209,34 @@ impl Queue {
         Pop::Inconsistent
     }
 
+    /// How many nodes are queued, counting at most `cap` (an observer's
+    /// sample of the mailbox's depth). Walks the links from `head` the way
+    /// `pop` would, without taking anything; a node whose producer is still
+    /// between its two steps (invariant 1) is not counted yet.
+    ///
+    /// # Safety
+    /// As for [`pop`](Self::pop): only the consumer calls it, and not while
+    /// a [`Consumer`] of this queue is alive.
+    pub unsafe fn count_up_to(&self, cap: u32) -> u32 {
+        let stub = self.stub();
+        let mut node = self.resolve(self.head.load(Ordering::Relaxed));
+        let mut count = 0;
+        while count < cap {
+            // SAFETY: `node` is the stub or a queued node, and the nodes its
+            // links lead to are queued too; only this consumer frees them
+            // (invariant 2).
+            let next = unsafe { (*node).next.load(Ordering::Acquire) };
+            if node != stub {
+                count += 1;
+            }
+            if next.is_null() {
+                break;
+            }
+            node = next;
+        }
+        count
+    }
+
     /// True when no message is queued or being pushed (invariant 3). Safe
     /// from any thread; the answer may be stale by the time it is used,
     /// which callers account for.
@@ -363,6 +391,36 @@ mod tests {
                 Pop::Data(p) => assert_eq!(take(p), 42),
                 other => panic!("got {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_depth_sample_counts_what_is_queued_and_takes_nothing() {
+        let q = Queue::new();
+        // SAFETY: as in `fifo_single_thread`.
+        unsafe {
+            assert_eq!(q.count_up_to(100), 0);
+            for i in 0..5 {
+                q.push(node(i));
+            }
+            assert_eq!(q.count_up_to(100), 5);
+            assert_eq!(q.count_up_to(3), 3, "the cap bounds the walk");
+            // Past the last node the stub is pushed behind the queue (the
+            // stub then sits mid-list): it is not a message.
+            for i in 0..5 {
+                let Pop::Data(p) = q.pop() else {
+                    panic!("a node was lost")
+                };
+                assert_eq!(take(p), i);
+                assert_eq!(q.count_up_to(100), 4 - i as u32);
+            }
+            q.push(node(7));
+            q.push(node(8));
+            assert_eq!(q.count_up_to(100), 2);
+            while let Pop::Data(p) = q.pop() {
+                take(p);
+            }
+            assert_eq!(q.count_up_to(100), 0);
         }
     }
 

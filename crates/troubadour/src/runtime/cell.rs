@@ -86,6 +86,8 @@ pub(crate) struct CellConfig {
     /// Set only in a proxy for a remote actor (`remote.rs`): where its
     /// messages and signals go.
     pub(crate) route: Option<Arc<dyn crate::runtime::remote::Route>>,
+    /// Set when the system observes its actors (`observation.rs`).
+    pub(crate) stats: Option<Arc<crate::runtime::observation::ActorStats>>,
 }
 
 pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;
@@ -232,6 +234,12 @@ impl<A: Actor> ActorCell<A> {
             extras: UnsafeCell::new(None),
             actor: UnsafeCell::new(MaybeUninit::uninit()),
         })
+    }
+
+    /// The actor's counters, when its system observes its actors.
+    #[inline]
+    pub(crate) fn stats(&self) -> Option<&crate::runtime::observation::ActorStats> {
+        self.config.as_ref().and_then(|c| c.stats.as_deref())
     }
 
     /// The route of a proxy; `None` for every local actor.
@@ -726,14 +734,38 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// One turn: signals first, then up to `budget` user messages. Returns
-    /// `true` if the budget ran out with more to do.
+    /// An observed actor's turn ends: count what it handled, and sample the
+    /// mailbox's depth if an observer asked since the last sample.
+    #[cold]
+    fn observe_turn(&self, stats: &crate::runtime::observation::ActorStats, handled: u32) {
+        stats.handled(handled);
+        let Some(live) = self.system.live.as_ref() else {
+            return;
+        };
+        if stats.wants_sample(&live.epoch) {
+            // SAFETY: we hold the consumer role (caller), and no `Consumer`
+            // of the mailbox is alive after the turn.
+            let depth = unsafe {
+                self.mailbox
+                    .count_up_to(crate::runtime::observation::DEPTH_CAP)
+            };
+            stats.record_depth(depth, &live.epoch);
+        } else if stats.has_depth() && self.mailbox.looks_empty() {
+            // Drained since the sample: an idle actor must not show a
+            // backlog it no longer has.
+            stats.clear_depth();
+        }
+    }
+
+    /// One turn: signals first, then up to `left` user messages, counting
+    /// `left` down. Returns `true` if the budget ran out with more to do.
     ///
     /// # Safety
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
-    unsafe fn turn(self: &Arc<Self>, budget: u32) -> bool {
+    #[inline(always)]
+    unsafe fn turn_counted(self: &Arc<Self>, left: &mut u32) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let woken = self.run.take_woken();
@@ -770,8 +802,7 @@ impl<A: Actor> ActorCell<A> {
                 return false;
             }
             let mut ctx = self.context();
-            let mut left = budget;
-            while left > 0 {
+            while *left > 0 {
                 if !self.signals.looks_empty() {
                     self.process_signals();
                     if self.phase() != Phase::Running {
@@ -780,7 +811,7 @@ impl<A: Actor> ActorCell<A> {
                 }
                 // Unstashed messages come before the mailbox.
                 if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
-                    left -= 1;
+                    *left -= 1;
                     if !self.dispatch(env, &mut ctx) {
                         return false;
                     }
@@ -811,7 +842,7 @@ impl<A: Actor> ActorCell<A> {
                         }
                         Pop::Inconsistent => return false,
                     };
-                    left -= 1;
+                    *left -= 1;
                     match Envelope::handle(env, self.actor_mut(), &mut ctx) {
                         Handled::Done => {}
                         Handled::Suspended(fut) => {
@@ -830,7 +861,7 @@ impl<A: Actor> ActorCell<A> {
                         }
                         break;
                     }
-                    if left == 0 || !self.signals.looks_empty() {
+                    if *left == 0 || !self.signals.looks_empty() {
                         break;
                     }
                 }
@@ -984,8 +1015,15 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role.
     pub(crate) unsafe fn run_guarded(self: &Arc<Self>, budget: u32) -> bool {
+        // Outside the unwind, so a turn that panics still counts the
+        // messages it handled, the one that panicked included.
+        let mut left = budget;
         // SAFETY: callers hold the SCHEDULED bit.
-        match catch_unwind(AssertUnwindSafe(|| unsafe { self.turn(budget) })) {
+        let turn = catch_unwind(AssertUnwindSafe(|| unsafe { self.turn_counted(&mut left) }));
+        if let Some(stats) = self.stats() {
+            self.observe_turn(stats, budget - left);
+        }
+        match turn {
             Ok(busy) => busy,
             Err(payload) => {
                 // SAFETY: as above.
@@ -1095,7 +1133,16 @@ impl<A: Actor> Drop for ActorCell<A> {
             }
             while let Pop::Data(link) = self.mailbox.pop() {
                 let name = Envelope::<A>::discard(Envelope::from_link(link));
-                self.system.dead_letters.record(self.id, name);
+                self.system.dead_letters.record(
+                    self.id,
+                    name,
+                    crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
+                );
+            }
+            // An actor that never finished a stop (a stuck system's
+            // shutdown) leaves the table now.
+            if let (Some(stats), Some(live)) = (self.stats(), self.system.live.as_ref()) {
+                live.remove(stats);
             }
             let mut node = self.signals.take_all();
             while !node.is_null() {

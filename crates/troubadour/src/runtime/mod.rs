@@ -1,7 +1,8 @@
 //! The runtime behind the API: actor cells and their lifecycle, the
 //! system (guardian, builder, shutdown), spawning, the scheduler, timers
 //! and the tokio runtime, control signals, message nodes, bounded-mailbox
-//! room, names and dead letters, crash reports, and the seam through which
+//! room, names and dead letters, what observers see (`observation`), crash
+//! reports, and the seam through which
 //! a proxy's sends reach the remote layer (`remote`).
 //!
 //! It builds on the lock-free primitives (`crate::primitives`) and hands
@@ -14,6 +15,7 @@ pub(crate) mod dead_letters;
 pub(crate) mod envelope;
 pub(crate) mod graceful;
 pub(crate) mod mailbox_bound;
+pub(crate) mod observation;
 pub(crate) mod registry;
 pub mod remote;
 pub(crate) mod scheduler;

@@ -104,6 +104,19 @@ impl Registry {
         Some(ActorRef::from_cell(cell))
     }
 
+    /// Every registered name with its actor, sorted by name.
+    pub(crate) fn names(&self) -> Vec<(String, ActorId)> {
+        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = names
+            .by_name
+            .iter()
+            .filter(|(_, e)| !e.control.is_stopped())
+            .map(|(n, e)| (n.clone(), e.id))
+            .collect();
+        all.sort();
+        all
+    }
+
     pub(crate) fn whereis_id(&self, name: &str) -> Option<ActorId> {
         let names = self.names.read().unwrap_or_else(|p| p.into_inner());
         names

@@ -120,6 +120,10 @@ struct Shared {
     unparkers: Vec<Unparker>,
     /// Who searches and who sleeps (`idle.rs`: the no-lost-wake-up protocol).
     idle: Idle,
+    /// Actors taken from another worker (its deque, its yielded queue or
+    /// its next-actor slot), for observers. Counted on the stealing path
+    /// only.
+    steals: AtomicU64,
     shutdown: AtomicBool,
     budget: u32,
     /// How the threads running these actors report a caught panic.
@@ -222,6 +226,7 @@ impl Scheduler {
                 .collect(),
             unparkers: parkers.iter().map(|p| p.unparker().clone()).collect(),
             idle: Idle::new(threads),
+            steals: AtomicU64::new(0),
             shutdown: AtomicBool::new(false),
             budget: budget.max(1),
             crash_reports,
@@ -288,6 +293,7 @@ impl Scheduler {
                 next: Vec::new(),
                 unparkers: Vec::new(),
                 idle: Idle::new(0),
+                steals: AtomicU64::new(0),
                 shutdown: AtomicBool::new(false),
                 budget: budget.max(1),
                 crash_reports,
@@ -303,6 +309,24 @@ impl Scheduler {
     /// How threads running this scheduler's actors report caught panics.
     pub(crate) fn crash_reports(&self) -> CrashReports {
         self.shared.crash_reports
+    }
+
+    /// What the worker threads are doing now (a manual scheduler has
+    /// none).
+    pub(crate) fn workers(&self) -> crate::runtime::observation::WorkerMetrics {
+        let total = self.shared.stealers.len();
+        let (searching, parked) = self.shared.idle.counts();
+        // Read apart, a worker moving from searching to parked can be seen
+        // in both: the three always add up to the workers.
+        let parked = parked.min(total);
+        let searching = searching.min(total - parked);
+        crate::runtime::observation::WorkerMetrics {
+            total,
+            busy: total.saturating_sub(searching + parked),
+            searching,
+            parked,
+            steals: self.shared.steals.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn is_manual(&self) -> bool {
@@ -530,7 +554,11 @@ impl Shared {
     /// Another worker's next actor, for a worker that searched long enough.
     fn steal_next(&self, me: usize) -> Option<Task> {
         let n = self.next.len();
-        (1..n).find_map(|k| self.next[(me + k) % n].take())
+        let stolen = (1..n).find_map(|k| self.next[(me + k) % n].take());
+        if stolen.is_some() {
+            self.steals.fetch_add(1, Ordering::Relaxed);
+        }
+        stolen
     }
 
     fn find_task(&self, local: &WorkerLocal, tick: &mut u32, streak: &mut u32) -> Option<Task> {
@@ -572,7 +600,10 @@ impl Shared {
             for victim in victims {
                 loop {
                     match victim.steal_batch_and_pop(deque) {
-                        Steal::Success(t) => return Some(t),
+                        Steal::Success(t) => {
+                            self.steals.fetch_add(1, Ordering::Relaxed);
+                            return Some(t);
+                        }
                         Steal::Retry => continue,
                         Steal::Empty => break,
                     }

@@ -138,14 +138,22 @@ pub(crate) fn spawn_actor<A: Actor>(
     // thread, blocking actors included.
     let dedicated = options.blocking && !core.scheduler.is_manual();
     let parker = dedicated.then(crossbeam_utils::sync::Parker::new);
-    let config = (bound.is_some() || parker.is_some()).then(|| {
+    let id = ActorId(core.next_id()?);
+    let stats = core.live.as_ref().map(|live| {
+        let parent = extras
+            .as_ref()
+            .and_then(|e| e.parent.as_ref())
+            .map(|p| p.id());
+        live.insert::<A>(id, parent)
+    });
+    let config = (bound.is_some() || parker.is_some() || stats.is_some()).then(|| {
         Box::new(CellConfig {
             bound,
             dedicated: parker.as_ref().map(|p| p.unparker().clone()),
             route: None,
+            stats,
         })
     });
-    let id = ActorId(core.next_id()?);
     let cell = ActorCell::new(core.clone(), id, actor, config, extras);
     let actor_ref = ActorRef::from_cell(cell.clone());
     if let Some(name) = options.name {

@@ -14,6 +14,7 @@ use crate::api::node_id::{validate_name, NodeId, MAX_SERIAL, SERIAL_BITS};
 use crate::api::supervision::{RestartLog, SupervisorStrategy};
 use crate::runtime::crash_report::{self, CrashReports};
 use crate::runtime::dead_letters::{DeadLetter, DeadLetters};
+use crate::runtime::observation::{ActorDetails, ActorSample, RuntimeMetrics};
 use crate::runtime::registry::Registry;
 use crate::runtime::scheduler::Scheduler;
 #[cfg(feature = "simulation")]
@@ -66,6 +67,9 @@ pub(crate) struct SystemCore {
     /// The divert when it is the built-in outbox of `hold_messages`, for
     /// `take_in_flight` and for delivering what it holds at shutdown.
     outbox: Option<Arc<Outbox>>,
+    /// The table of live actors, when the system observes them.
+    pub(crate) live: Option<crate::runtime::observation::LiveActors>,
+    started: Instant,
 }
 
 impl Clock for SystemCore {

@@ -401,6 +401,17 @@ impl Timers {
         }
     }
 
+    /// Timers armed and neither fired nor cancelled (a cancelled timer
+    /// stays in the heap until its deadline; it is not counted).
+    pub(crate) fn armed(&self) -> usize {
+        self.shared.wheel.lock().map_or(0, |w| {
+            w.heap
+                .iter()
+                .filter(|e| e.state.load(Ordering::Relaxed) == ACTIVE)
+                .count()
+        })
+    }
+
     /// Number of timers not yet fired or collected.
     #[cfg(test)]
     pub(crate) fn pending(&self) -> usize {

@@ -252,7 +252,11 @@ impl<A: Actor> Drop for Held<A> {
         if !self.env.is_null() {
             // SAFETY: as in `lose`.
             let name = unsafe { Envelope::discard(self.env) };
-            self.cell.system.dead_letters.record(self.cell.id, name);
+            self.cell.system.dead_letters.record(
+                self.cell.id,
+                name,
+                crate::runtime::dead_letters::DeadLetterReason::Lost,
+            );
             self.return_permit();
         }
     }

@@ -8,6 +8,7 @@ use crate::api::exit::{ActorId, Down, ExitReason, Exited};
 use crate::api::supervision::{Restart, RestartLog, RestartPlan, Step, Strategy};
 use crate::primitives::mailbox::{Pop, SignalStack};
 use crate::primitives::run_state::{CLOSED, DETACHED, EXITED_NORMAL, NAMED};
+use crate::runtime::dead_letters::DeadLetterReason;
 use crate::runtime::envelope::Envelope;
 use crate::runtime::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -326,6 +327,9 @@ impl<A: Actor> ActorCell<A> {
                 }
                 _ => {}
             }
+            if let Some(stats) = self.stats().filter(|_| !reason.is_normal()) {
+                stats.record_failure(&reason);
+            }
             self.drop_suspended();
             if brutal {
                 self.drop_actor();
@@ -562,15 +566,23 @@ impl<A: Actor> ActorCell<A> {
                 ..
             } = extras;
             while let Some(env) = replay.pop_front().or_else(|| stash.pop_front()) {
-                self.system
-                    .dead_letters
-                    .record(self.id, Envelope::discard(env));
+                self.system.dead_letters.record(
+                    self.id,
+                    Envelope::discard(env),
+                    DeadLetterReason::DiscardedAtStop,
+                );
             }
             if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
                 // Wakes senders waiting for room: they get `Stopped`.
                 bound.close();
             }
-            self.drain_mailbox();
+            self.drain_mailbox(DeadLetterReason::DiscardedAtStop);
+            if let Some(stats) = self.stats() {
+                stats.clear_depth();
+                if let Some(live) = self.system.live.as_ref() {
+                    live.remove(stats);
+                }
+            }
             for w in watchers {
                 deliver_down(w, self.id, reason.clone());
             }
@@ -604,7 +616,7 @@ impl<A: Actor> ActorCell<A> {
     /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
     /// (`run_state.rs`) and has not given it up, or owns the cell through a
     /// `LocalActor`.
-    pub(super) unsafe fn drain_mailbox(&self) {
+    pub(super) unsafe fn drain_mailbox(&self, reason: DeadLetterReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             loop {
@@ -613,7 +625,7 @@ impl<A: Actor> ActorCell<A> {
                         let env = self.popped(link);
                         self.system
                             .dead_letters
-                            .record(self.id, Envelope::discard(env));
+                            .record(self.id, Envelope::discard(env), reason);
                     }
                     Pop::Empty => return,
                     Pop::Inconsistent => std::thread::yield_now(),
@@ -630,7 +642,8 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: the caller holds the SCHEDULED bit.
         unsafe {
             self.process_signals();
-            self.drain_mailbox();
+            // Whatever is queued now came after the stop's own drain.
+            self.drain_mailbox(DeadLetterReason::RecipientStopped);
         }
     }
 
@@ -681,6 +694,9 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             self.drop_actor();
             *self.request.get() = Request::None;
+            if let Some(stats) = self.stats() {
+                stats.record_restart();
+            }
             // A fresh instance supervises with a fresh history (OTP: a restarted
             // supervisor starts counting restarts from zero), or one more crash
             // of a child right after an escalation would escalate again.

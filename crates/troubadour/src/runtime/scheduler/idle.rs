@@ -47,6 +47,14 @@ impl Idle {
         self.sleepers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Workers searching and workers (about to be) parked, for observers.
+    pub fn counts(&self) -> (usize, usize) {
+        (
+            self.num_searching.load(Ordering::Relaxed),
+            self.num_sleeping.load(Ordering::Relaxed),
+        )
+    }
+
     /// A worker begins searching: wakers need not unpark anyone meanwhile.
     pub fn start_searching(&self) {
         self.num_searching.fetch_add(1, Ordering::SeqCst);

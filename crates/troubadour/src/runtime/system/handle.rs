@@ -145,6 +145,81 @@ impl SystemHandle {
         self.core.dead_letters.count()
     }
 
+    /// The system's figures now: per kind of actor (when it
+    /// [observes](ActorSystemBuilder::observe) its actors), dead letters by
+    /// reason, the scheduler's workers, timers. Each call also asks every
+    /// actor for a fresh mailbox-depth sample at the end of its next turn,
+    /// so depths are at most one observer's interval old.
+    pub fn metrics(&self) -> RuntimeMetrics {
+        let kinds = match self.core.live.as_ref() {
+            Some(live) => {
+                live.request_samples();
+                live.kinds()
+            }
+            None => Vec::new(),
+        };
+        RuntimeMetrics {
+            observing: self.core.live.is_some(),
+            kinds,
+            dead_letters: self.core.dead_letters.counts(),
+            workers: self.core.scheduler.workers(),
+            timers_armed: self.core.timers.armed(),
+            uptime: self.core.started.elapsed(),
+        }
+    }
+
+    /// Calls `f` with a sample of every live actor (in no particular
+    /// order), when the system [observes](ActorSystemBuilder::observe) its
+    /// actors; returns `false` (calling nothing) when it does not. Samples
+    /// are copied out in batches before `f` sees them, so `f` may spawn,
+    /// stop and send; an actor spawned meanwhile may or may not be seen.
+    ///
+    /// ```
+    /// use troubadour::{Actor, ActorSystem};
+    /// struct Worker;
+    /// impl Actor for Worker {}
+    /// let system = ActorSystem::builder().observe().build();
+    /// let worker = system.spawn(Worker).unwrap();
+    /// let mut seen = Vec::new();
+    /// assert!(system.for_each_actor(|a| seen.push(a.id)));
+    /// assert_eq!(seen, [worker.id()]);
+    /// ```
+    pub fn for_each_actor(&self, f: impl FnMut(ActorSample)) -> bool {
+        match self.core.live.as_ref() {
+            Some(live) => {
+                live.for_each(f);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// One live actor's sample, with its latest failure (the reason it
+    /// last failed or was killed, kept across restarts) and the names it is
+    /// registered under; `None` if it has stopped or the system does not
+    /// [observe](ActorSystemBuilder::observe) its actors.
+    pub fn actor_details(&self, id: ActorId) -> Option<ActorDetails> {
+        let (sample, last_failure) = self.core.live.as_ref()?.find(id)?;
+        let names = self
+            .core
+            .registry
+            .names()
+            .into_iter()
+            .filter(|(_, holder)| *holder == id)
+            .map(|(name, _)| name)
+            .collect();
+        Some(ActorDetails {
+            sample,
+            last_failure,
+            names,
+        })
+    }
+
+    /// Every registered name and the actor holding it, sorted by name.
+    pub fn registered_names(&self) -> Vec<(String, ActorId)> {
+        self.core.registry.names()
+    }
+
     /// Sends a [`DeadLetter`] to `subscriber` for every undelivered message
     /// from now on.
     pub fn subscribe_dead_letters(&self, subscriber: Recipient<DeadLetter>) {

@@ -1,0 +1,44 @@
+//! See inside a running troubadour system: Prometheus metrics and a live
+//! dashboard of its actors, in a couple of lines.
+//!
+//! ```no_run
+//! use troubadour::ActorSystem;
+//! use troubadour_observe::Observer;
+//! # async fn run() -> std::io::Result<()> {
+//! // `observe()` keeps the table of live actors the dashboard reads.
+//! let system = ActorSystem::builder().observe().build();
+//! let observer = Observer::new(system.handle());
+//! // Its own address (loopback: the page shows the system's insides) ...
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:9100").await?;
+//! tokio::spawn({
+//!     let observer = observer.clone();
+//!     async move { observer.serve(listener).await }
+//! });
+//! // ... or mounted in an application's own router.
+//! let app: axum::Router = axum::Router::new().nest("/dashboard", observer.router());
+//! # let _ = app;
+//! # Ok(()) }
+//! ```
+//!
+//! What it shows (Erlang's observer and the Orleans dashboard are the
+//! model): the supervision tree, expandable, with a supervisor's children
+//! grouped by kind and paged, so a fleet of thousands opens in one click;
+//! per actor its messages handled and rate, sampled mailbox depth,
+//! restarts and last failure; the hottest actors; per kind the totals;
+//! dead letters as they happen (type and reason, never contents); the
+//! scheduler's workers and armed timers. The page updates over
+//! server-sent events once a second.
+//!
+//! Layers: [`prometheus`] writes the exposition formats; [`observer`]
+//! samples the system while someone watches; [`http`] serves both.
+
+#![warn(missing_docs)]
+
+pub mod http;
+pub mod observer;
+pub mod prometheus;
+
+pub use observer::{
+    ActorDetail, ActorRow, Children, DeadLetterRow, Group, KindRow, Observer, ObserverConfig,
+    Overview,
+};

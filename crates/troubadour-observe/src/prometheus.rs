@@ -1,0 +1,288 @@
+//! A system's [`RuntimeMetrics`] in the Prometheus text format (0.0.4) or
+//! in OpenMetrics 1.0, every family under the `troubadour_` prefix, with
+//! the conventions both ask for: counters end in `_total`, units in the
+//! name (`_seconds`), one `HELP` and `TYPE` per family, label values
+//! escaped.
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `troubadour_actors_alive` | gauge | `kind` |
+//! | `troubadour_actors_spawned_total` | counter | `kind` |
+//! | `troubadour_actors_stopped_total` | counter | `kind` |
+//! | `troubadour_restarts_total` | counter | `kind` |
+//! | `troubadour_actor_failures_total` | counter | `kind` |
+//! | `troubadour_messages_handled_total` | counter | `kind` |
+//! | `troubadour_mailbox_depth` | gauge | `kind` (sum of sampled depths) |
+//! | `troubadour_mailbox_depth_max` | gauge | `kind` |
+//! | `troubadour_dead_letters_total` | counter | `reason` |
+//! | `troubadour_scheduler_workers` | gauge | `state` (`busy`, `searching`, `parked`) |
+//! | `troubadour_scheduler_steals_total` | counter | |
+//! | `troubadour_timers_armed` | gauge | |
+//! | `troubadour_uptime_seconds` | gauge | |
+//!
+//! The per-kind families are present only when the system
+//! [observes](troubadour::ActorSystemBuilder::observe) its actors.
+
+use std::fmt::Write;
+use troubadour::{KindMetrics, RuntimeMetrics};
+
+/// The content type of [`Format::Text`].
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+/// The content type of [`Format::OpenMetrics`].
+pub const OPENMETRICS_CONTENT_TYPE: &str =
+    "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Which exposition format to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// Prometheus' text format, version 0.0.4 (what every scraper reads).
+    Text,
+    /// OpenMetrics 1.0 text (counters' `TYPE` names the family without
+    /// `_total`, and the exposition ends with `# EOF`).
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper asked for in its `Accept` header: OpenMetrics
+    /// if it lists `application/openmetrics-text`, else the text format.
+    pub fn from_accept(accept: Option<&str>) -> Format {
+        match accept {
+            Some(a) if a.contains("application/openmetrics-text") => Format::OpenMetrics,
+            _ => Format::Text,
+        }
+    }
+
+    /// The `Content-Type` of a response in this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Text => TEXT_CONTENT_TYPE,
+            Format::OpenMetrics => OPENMETRICS_CONTENT_TYPE,
+        }
+    }
+}
+
+/// Writes `metrics` in `format`. With [`Format::OpenMetrics`] the output
+/// ends with `# EOF`; with [`Format::Text`] it can be followed by an
+/// application's own families (as the realtime map's `/metrics` does).
+///
+/// ```
+/// use troubadour::ActorSystem;
+/// use troubadour_observe::prometheus::{render, Format};
+/// let system = ActorSystem::builder().observe().build();
+/// let mut out = String::new();
+/// render(&system.metrics(), Format::Text, &mut out);
+/// assert!(out.contains("# TYPE troubadour_dead_letters_total counter"));
+/// ```
+pub fn render(metrics: &RuntimeMetrics, format: Format, out: &mut String) {
+    let mut w = Writer { format, out };
+    type KindValue = fn(&KindMetrics) -> u64;
+    let per_kind: [(&str, Kind, &str, KindValue); 8] = [
+        (
+            "troubadour_actors_alive",
+            Kind::Gauge,
+            "Actors alive now, by kind (Rust type).",
+            |k| k.alive,
+        ),
+        (
+            "troubadour_actors_spawned_total",
+            Kind::Counter,
+            "Actors spawned since the system started, by kind.",
+            |k| k.spawned,
+        ),
+        (
+            "troubadour_actors_stopped_total",
+            Kind::Counter,
+            "Actors stopped since the system started, by kind.",
+            |k| k.stopped,
+        ),
+        (
+            "troubadour_restarts_total",
+            Kind::Counter,
+            "Restarts of actors by their supervisors, by kind.",
+            |k| k.restarts,
+        ),
+        (
+            "troubadour_actor_failures_total",
+            Kind::Counter,
+            "Actor failures (panics, failures asked for, kills, exit signals), by kind.",
+            |k| k.failures,
+        ),
+        (
+            "troubadour_messages_handled_total",
+            Kind::Counter,
+            "Messages handled, by kind of the actor that handled them.",
+            |k| k.messages_handled,
+        ),
+        (
+            "troubadour_mailbox_depth",
+            Kind::Gauge,
+            "Messages queued in the mailboxes of the kind's actors (sampled at the end of their turns).",
+            |k| k.mailbox_depth,
+        ),
+        (
+            "troubadour_mailbox_depth_max",
+            Kind::Gauge,
+            "The deepest sampled mailbox of the kind.",
+            |k| u64::from(k.max_mailbox_depth),
+        ),
+    ];
+    if metrics.observing {
+        for (name, kind, help, value) in per_kind {
+            w.family(name, kind, help);
+            for k in &metrics.kinds {
+                w.sample(name, &[("kind", k.kind)], value(k));
+            }
+        }
+    }
+    let dead = &metrics.dead_letters;
+    w.family(
+        "troubadour_dead_letters_total",
+        Kind::Counter,
+        "Messages that could not be handled, by reason.",
+    );
+    for (reason, n) in [
+        ("recipient_stopped", dead.recipient_stopped),
+        ("discarded_at_stop", dead.discarded_at_stop),
+        ("lost", dead.lost),
+        ("mailbox_full", dead.mailbox_full),
+    ] {
+        w.sample("troubadour_dead_letters_total", &[("reason", reason)], n);
+    }
+    let workers = &metrics.workers;
+    w.family(
+        "troubadour_scheduler_workers",
+        Kind::Gauge,
+        "The scheduler's worker threads, by what they are doing.",
+    );
+    for (state, n) in [
+        ("busy", workers.busy),
+        ("searching", workers.searching),
+        ("parked", workers.parked),
+    ] {
+        w.sample(
+            "troubadour_scheduler_workers",
+            &[("state", state)],
+            n as u64,
+        );
+    }
+    w.family(
+        "troubadour_scheduler_steals_total",
+        Kind::Counter,
+        "Actors a worker took from another worker's queues.",
+    );
+    w.sample("troubadour_scheduler_steals_total", &[], workers.steals);
+    w.family(
+        "troubadour_timers_armed",
+        Kind::Gauge,
+        "Timers armed and neither fired nor cancelled.",
+    );
+    w.sample("troubadour_timers_armed", &[], metrics.timers_armed as u64);
+    w.family(
+        "troubadour_uptime_seconds",
+        Kind::Gauge,
+        "Seconds since the actor system started.",
+    );
+    w.sample_f64(
+        "troubadour_uptime_seconds",
+        &[],
+        metrics.uptime.as_secs_f64(),
+    );
+    if format == Format::OpenMetrics {
+        w.out.push_str("# EOF\n");
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Counter,
+    Gauge,
+}
+
+struct Writer<'a> {
+    format: Format,
+    out: &'a mut String,
+}
+
+impl Writer<'_> {
+    fn family(&mut self, name: &str, kind: Kind, help: &str) {
+        // OpenMetrics names a counter's family without the `_total` its
+        // samples carry.
+        let family = match (self.format, kind) {
+            (Format::OpenMetrics, Kind::Counter) => name.strip_suffix("_total").unwrap_or(name),
+            _ => name,
+        };
+        let kind = match kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+        };
+        let _ = writeln!(self.out, "# HELP {family} {}", escape_help(help));
+        let _ = writeln!(self.out, "# TYPE {family} {kind}");
+    }
+
+    fn labels(&mut self, name: &str, labels: &[(&str, &str)]) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (key, value)) in labels.iter().enumerate() {
+                if i > 0 {
+                    self.out.push(',');
+                }
+                let _ = write!(self.out, "{key}=\"{}\"", escape_label(value));
+            }
+            self.out.push('}');
+        }
+    }
+
+    fn sample(&mut self, name: &str, labels: &[(&str, &str)], value: u64) {
+        self.labels(name, labels);
+        let _ = writeln!(self.out, " {value}");
+    }
+
+    fn sample_f64(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
+        self.labels(name, labels);
+        let _ = writeln!(self.out, " {value:.3}");
+    }
+}
+
+/// A label value as both formats spell it: backslash, double quote and
+/// newline escaped.
+pub fn escape_label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn escape_help(help: &str) -> String {
+    help.replace('\\', "\\\\").replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape_label(r#"a"b\c"#), r#"a\"b\\c"#);
+        assert_eq!(escape_label("line\nbreak"), "line\\nbreak");
+        assert_eq!(escape_label("app::Vehicle<u8>"), "app::Vehicle<u8>");
+    }
+
+    #[test]
+    fn a_scraper_asking_for_openmetrics_gets_it() {
+        assert_eq!(
+            Format::from_accept(Some(
+                "application/openmetrics-text;version=1.0.0,text/plain;q=0.5"
+            )),
+            Format::OpenMetrics
+        );
+        assert_eq!(Format::from_accept(Some("text/plain")), Format::Text);
+        assert_eq!(Format::from_accept(None), Format::Text);
+    }
+}

@@ -1,0 +1,342 @@
+//! The observer over HTTP, as an operator's tools meet it: a Prometheus
+//! scraper reads `/metrics` (checked with a Prometheus text parser, and
+//! in OpenMetrics when asked), the dashboard's page loads with nothing
+//! from elsewhere, and its API shows the supervision tree, an actor's
+//! restarts with the reason, a search by name, and a live stream.
+
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use troubadour::prelude::*;
+use troubadour_observe::Observer;
+
+struct Worker;
+impl Actor for Worker {}
+
+struct Work;
+impl Message for Work {
+    type Reply = ();
+}
+impl Handler<Work> for Worker {
+    fn handle(&mut self, _: Work, _: &mut Context<Self>) {}
+}
+
+struct Crash;
+impl Message for Crash {
+    type Reply = ();
+}
+impl Handler<Crash> for Worker {
+    fn handle(&mut self, _: Crash, _: &mut Context<Self>) {
+        panic!("the worker tripped on a loose cable");
+    }
+}
+
+/// Spawns `n` named workers, restarted when they fail, and hands them out.
+struct Foreman {
+    n: usize,
+    workers: Vec<ActorRef<Worker>>,
+}
+impl Actor for Foreman {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        for i in 0..self.n {
+            let options = SpawnOptions::new()
+                .name(format!("worker/{i}"))
+                .restart(Restart::Transient);
+            self.workers
+                .push(ctx.spawn_factory_with_options(options, || Worker).unwrap());
+        }
+    }
+}
+struct Workers;
+impl Message for Workers {
+    type Reply = Vec<ActorRef<Worker>>;
+}
+impl Handler<Workers> for Foreman {
+    fn handle(&mut self, _: Workers, _: &mut Context<Self>) -> Vec<ActorRef<Worker>> {
+        self.workers.clone()
+    }
+}
+
+/// A plain HTTP/1.1 GET; returns the status, the headers and the body.
+async fn get(addr: std::net::SocketAddr, path: &str, accept: &str) -> (u16, String, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: {accept}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.unwrap();
+    let response = String::from_utf8(response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_string(), body.to_string())
+}
+
+async fn json(addr: std::net::SocketAddr, path: &str) -> serde_json::Value {
+    let (status, _, body) = get(addr, path, "application/json").await;
+    assert_eq!(status, 200, "{path}: {body}");
+    serde_json::from_str(&body).unwrap()
+}
+
+struct Running {
+    system: ActorSystem,
+    observer: Observer,
+    addr: std::net::SocketAddr,
+    foreman: ActorRef<Foreman>,
+    workers: Vec<ActorRef<Worker>>,
+}
+
+async fn start(observe: bool) -> Running {
+    let builder = ActorSystem::builder().worker_threads(2);
+    let system = if observe { builder.observe() } else { builder }.build();
+    let observer = Observer::new(system.handle());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn({
+        let observer = observer.clone();
+        async move { observer.serve(listener).await }
+    });
+    let foreman = system
+        .spawn(Foreman {
+            n: 3,
+            workers: Vec::new(),
+        })
+        .unwrap();
+    let workers = foreman.ask(Workers).await.unwrap();
+    Running {
+        system,
+        observer,
+        addr,
+        foreman,
+        workers,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prometheus_scraper_reads_the_runtime_metrics() {
+    let r = start(true).await;
+    for _ in 0..7 {
+        r.workers[0].tell(Work).unwrap();
+    }
+    r.workers[0].ask(Work).await.unwrap();
+
+    let (status, head, body) = get(r.addr, "/metrics", "text/plain").await;
+    assert_eq!(status, 200);
+    assert!(head.contains("text/plain; version=0.0.4"), "{head}");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("the exposition parses as Prometheus text");
+    let value = |name: &str, label: (&str, &str)| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == name && s.labels.get(label.0).is_some_and(|v| v.ends_with(label.1))
+            })
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{name} has an untyped value {other:?}: TYPE line missing"),
+            })
+            .unwrap_or_else(|| panic!("{name}{{{}=~{}}} missing from:\n{body}", label.0, label.1))
+    };
+    assert_eq!(
+        value("troubadour_messages_handled_total", ("kind", "::Worker")),
+        8.0
+    );
+    assert_eq!(value("troubadour_actors_alive", ("kind", "::Worker")), 3.0);
+    assert_eq!(value("troubadour_actors_alive", ("kind", "::Foreman")), 1.0);
+    assert_eq!(
+        value(
+            "troubadour_dead_letters_total",
+            ("reason", "recipient_stopped")
+        ),
+        0.0
+    );
+    for family in [
+        "troubadour_restarts_total",
+        "troubadour_mailbox_depth",
+        "troubadour_scheduler_workers",
+        "troubadour_timers_armed",
+    ] {
+        assert!(scrape.docs.contains_key(family), "no HELP for {family}");
+    }
+    let workers: f64 = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "troubadour_scheduler_workers")
+        .map(|s| match s.value {
+            prometheus_parse::Value::Gauge(v) => v,
+            _ => panic!("workers are a gauge"),
+        })
+        .sum();
+    assert_eq!(workers, 2.0, "busy + searching + parked = the workers");
+
+    // OpenMetrics when the scraper asks for it.
+    let (_, head, body) = get(
+        r.addr,
+        "/metrics",
+        "application/openmetrics-text;version=1.0.0,text/plain;q=0.5",
+    )
+    .await;
+    assert!(head.contains("application/openmetrics-text"), "{head}");
+    assert!(body.ends_with("# EOF\n"));
+    assert!(body.contains("# TYPE troubadour_messages_handled counter\n"));
+    assert!(body.contains("troubadour_messages_handled_total{kind="));
+    r.observer.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_shows_the_tree_a_restart_with_its_reason_and_finds_by_name() {
+    let r = start(true).await;
+    let (status, head, page) = get(r.addr, "/", "text/html").await;
+    assert_eq!(status, 200);
+    assert!(head.contains("text/html"));
+    assert!(page.contains("Supervision tree"));
+    assert!(
+        !page.contains("http://") && !page.contains("https://") && !page.contains("//cdn"),
+        "the page must load nothing from elsewhere"
+    );
+
+    // The top level: the foreman (one), with its workers under it.
+    let top = json(r.addr, "/api/children").await;
+    let groups = top["groups"].as_array().unwrap();
+    let foreman_group = groups
+        .iter()
+        .find(|g| g["short"] == "Foreman")
+        .unwrap_or_else(|| panic!("no Foreman at the top level: {top}"));
+    assert_eq!(foreman_group["count"], 1);
+    let foreman_serial = r.foreman.id().serial();
+    let children = json(r.addr, &format!("/api/children?parent={foreman_serial}")).await;
+    assert_eq!(children["groups"][0]["short"], "Worker");
+    assert_eq!(children["groups"][0]["count"], 3);
+    assert_eq!(children["total"], 3);
+    let paged = json(
+        r.addr,
+        &format!("/api/children?parent={foreman_serial}&limit=2"),
+    )
+    .await;
+    assert_eq!(
+        paged["actors"].as_array().unwrap().len(),
+        2,
+        "a page of two"
+    );
+    assert_eq!(paged["total"], 3);
+
+    // A worker panics; its supervisor restarts it.
+    let victim = &r.workers[1];
+    victim.tell(Crash).unwrap();
+    victim
+        .ask(Work)
+        .await
+        .expect("answered by the restarted worker");
+    let detail = json(r.addr, &format!("/api/actor?id={}", victim.id().serial())).await;
+    assert_eq!(detail["restarts"], 1, "{detail}");
+    assert_eq!(detail["failures"], 1);
+    let reason = detail["last_failure"].as_str().unwrap();
+    assert!(reason.contains("tripped on a loose cable"), "{reason}");
+    assert_eq!(detail["names"][0], "worker/1");
+    assert_eq!(detail["parent"], foreman_serial);
+
+    let found = json(r.addr, "/api/search?q=WORKER/2").await;
+    let found = found.as_array().unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0]["id"], r.workers[2].id().serial());
+
+    // A stopped actor is gone, with a reason that says what to do.
+    r.workers[2].stop();
+    r.workers[2].wait_stopped().await;
+    let (status, _, body) = get(
+        r.addr,
+        &format!("/api/actor?id={}", r.workers[2].id().serial()),
+        "*/*",
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+    let (status, _, _) = get(r.addr, "/api/children?parent=notanumber", "*/*").await;
+    assert_eq!(status, 400);
+    r.observer.close();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_stream_sends_overviews_with_counters_that_move() {
+    let r = start(true).await;
+    let mut stream = tokio::net::TcpStream::connect(r.addr).await.unwrap();
+    let request = format!(
+        "GET /api/events HTTP/1.1\r\nHost: {}\r\nAccept: text/event-stream\r\n\r\n",
+        r.addr
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    // Reads events until `until` holds for one overview's JSON.
+    let mut buffer = String::new();
+    let mut next_overview = async |stream: &mut tokio::net::TcpStream| loop {
+        if let Some(start) = buffer.find("event: overview\ndata: ") {
+            let rest = &buffer[start + "event: overview\ndata: ".len()..];
+            if let Some(end) = rest.find('\n') {
+                let json: serde_json::Value = serde_json::from_str(&rest[..end]).unwrap();
+                buffer = rest[end..].to_string();
+                return json;
+            }
+        }
+        let mut chunk = [0u8; 8192];
+        let n = tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk))
+            .await
+            .expect("an overview at least every interval")
+            .unwrap();
+        assert!(n > 0, "the stream ended early");
+        buffer.push_str(&String::from_utf8_lossy(&chunk[..n]));
+    };
+    let first = next_overview(&mut stream).await;
+    assert_eq!(first["actors"], 4, "{first}");
+    let handled = |o: &serde_json::Value| {
+        o["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["short"] == "Worker")
+            .map_or(0, |k| k["handled"].as_u64().unwrap())
+    };
+    let before = handled(&first);
+    for _ in 0..50 {
+        r.workers[0].tell(Work).unwrap();
+    }
+    r.workers[0].ask(Work).await.unwrap();
+    loop {
+        let o = next_overview(&mut stream).await;
+        if handled(&o) >= before + 51 {
+            let hottest = o["hottest"].as_array().unwrap();
+            if hottest
+                .iter()
+                .any(|a| a["id"] == r.workers[0].id().serial())
+            {
+                break;
+            }
+        }
+    }
+    // Closing the observer ends the stream, so a graceful shutdown of the
+    // server is not held up by an open page.
+    r.observer.close();
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(30), stream.read_to_end(&mut rest))
+        .await
+        .expect("the stream ends when the observer closes")
+        .unwrap();
+    drop(r.system);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_observe_the_system_wide_figures_are_still_served() {
+    let r = start(false).await;
+    r.workers[0].stop();
+    r.workers[0].wait_stopped().await;
+    let _ = r.workers[0].tell(Work);
+    let (_, _, body) = get(r.addr, "/metrics", "text/plain").await;
+    assert!(
+        !body.contains("troubadour_actors_alive"),
+        "no per-kind families"
+    );
+    assert!(
+        body.contains("troubadour_dead_letters_total{reason=\"recipient_stopped\"} 1"),
+        "{body}"
+    );
+    let overview = json(r.addr, "/api/overview").await;
+    assert_eq!(overview["observing"], false);
+    r.observer.close();
+}
