@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 use troubadour::{ActorRef, ActorSystem, ShutdownError, SpawnError, SpawnOptions, SystemHandle};
+use troubadour_observe::Observer;
 
 /// The simulated feed.
 #[derive(Clone, Debug)]
@@ -37,6 +38,17 @@ impl Default for SimulatorConfig {
     }
 }
 
+/// Where the runtime's dashboard (and its own `/metrics`) is served.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Dashboard {
+    /// At `/dashboard` on the service's HTTP address.
+    #[default]
+    Mounted,
+    /// On an address of its own (keep it on loopback or a private
+    /// network), and not on the service's address.
+    Listen(SocketAddr),
+}
+
 /// Everything the service can be told.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -53,6 +65,12 @@ pub struct Config {
     /// Worker threads of the actor system; `None` for half the cores (at
     /// least one).
     pub workers: Option<usize>,
+    /// Where the runtime's dashboard is served.
+    pub dashboard: Dashboard,
+    /// Serve `POST /debug/panic?id=`, which makes a vehicle's actor panic
+    /// (its supervisor restarts it): for trying the dashboard and
+    /// supervision out, never in production.
+    pub debug_faults: bool,
 }
 
 impl Default for Config {
@@ -64,6 +82,8 @@ impl Default for Config {
             simulator: Some(SimulatorConfig::default()),
             idle: Duration::from_secs(60),
             workers: None,
+            dashboard: Dashboard::Mounted,
+            debug_faults: false,
         }
     }
 }
@@ -113,6 +133,8 @@ pub struct App {
     system: ActorSystem,
     fleet: ActorRef<Fleet>,
     metrics: Arc<Metrics>,
+    observer: Observer,
+    dashboard: SocketAddr,
 }
 
 impl App {
@@ -179,12 +201,18 @@ impl App {
         }
         tasks.push(tokio::spawn(count_rate(metrics.clone(), stopped.clone())));
 
+        let (observer, mounted, dashboard) =
+            start_dashboard(&system, config.dashboard, http, &mut tasks)
+                .await
+                .map_err(|(addr, e)| StartError::Http(addr, e))?;
         let router = http::router(Shared {
             system: system.handle(),
             vehicles: http::Vehicles::Local(fleet.clone()),
             metrics: metrics.clone(),
             updates,
             stop: stopped.clone(),
+            dashboard: mounted,
+            debug_faults: config.debug_faults,
         });
         tasks.push(serve_http(listener, router, stopped));
 
@@ -197,7 +225,15 @@ impl App {
             system,
             fleet,
             metrics,
+            observer,
+            dashboard,
         })
+    }
+
+    /// Where the runtime's dashboard is (`/dashboard` on the HTTP address,
+    /// or the root of its own address).
+    pub fn dashboard_url(&self) -> String {
+        dashboard_url(self.dashboard, self.http)
     }
 
     /// Where HTTP is served.
@@ -234,6 +270,8 @@ impl App {
     /// then stops every actor (vehicles before the fleet).
     pub async fn shutdown(self) -> Result<(), ShutdownError> {
         let _ = self.stop.send(true);
+        // Open dashboards' live streams end, or the servers would wait.
+        self.observer.close();
         for task in self.tasks {
             // Each task watches `stop`; the deadline covers a stuck client.
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
@@ -242,6 +280,41 @@ impl App {
         tokio::task::spawn_blocking(move || system.shutdown(Duration::from_secs(10)))
             .await
             .unwrap_or(Ok(()))
+    }
+}
+
+/// Starts watching `system` for the dashboard: mounted on the service's
+/// address (`http`), or served on its own address. Returns the observer,
+/// the observer to mount (if mounted) and the dashboard's address.
+pub(crate) async fn start_dashboard(
+    system: &ActorSystem,
+    place: Dashboard,
+    http: SocketAddr,
+    tasks: &mut Vec<JoinHandle<()>>,
+) -> Result<(Observer, Option<Observer>, SocketAddr), (SocketAddr, std::io::Error)> {
+    let observer = Observer::new(system.handle());
+    match place {
+        Dashboard::Mounted => Ok((observer.clone(), Some(observer), http)),
+        Dashboard::Listen(addr) => {
+            let (listener, bound) = bind_http(addr).await.map_err(|e| (addr, e))?;
+            let serving = observer.clone();
+            tasks.push(tokio::spawn(async move {
+                if let Err(e) = serving.serve(listener).await {
+                    tracing::error!("dashboard server stopped: {e}");
+                }
+            }));
+            Ok((observer, None, bound))
+        }
+    }
+}
+
+/// The dashboard's URL: under `/dashboard` when it shares the service's
+/// address, else the root of its own.
+pub(crate) fn dashboard_url(dashboard: SocketAddr, http: SocketAddr) -> String {
+    if dashboard == http {
+        format!("http://{http}/dashboard")
+    } else {
+        format!("http://{dashboard}/")
     }
 }
 
@@ -268,9 +341,12 @@ pub(crate) fn actor_system(
     let workers = workers.unwrap_or_else(|| {
         std::thread::available_parallelism().map_or(1, |n| (n.get() / 2).max(1))
     });
+    // Observed, for the dashboard: one counter store per turn, nothing on
+    // the message path (decision 0026).
     let mut builder = ActorSystem::builder()
         .tokio_handle(tokio::runtime::Handle::current())
-        .worker_threads(workers);
+        .worker_threads(workers)
+        .observe();
     if let Some(name) = name {
         builder = builder.name(name);
     }

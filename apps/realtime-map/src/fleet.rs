@@ -210,6 +210,21 @@ impl Handler<StopNow> for Vehicle {
     }
 }
 
+/// Makes a vehicle's actor panic: the `--debug-faults` route's fault, for
+/// watching supervision on the dashboard. The fleet restarts the vehicle,
+/// which answers again after its next position.
+pub struct InjectedPanic;
+
+impl Message for InjectedPanic {
+    type Reply = ();
+}
+
+impl Handler<InjectedPanic> for Vehicle {
+    fn handle(&mut self, _: InjectedPanic, _: &mut Context<Self>) {
+        panic!("injected fault: POST /debug/panic (--debug-faults)");
+    }
+}
+
 /// Asks a vehicle for its state: `None` right after a restart, until its
 /// next position.
 #[derive(Debug, Serialize, Deserialize)]

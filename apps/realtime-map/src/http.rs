@@ -4,7 +4,9 @@
 //! handler looks the actor up by its registered name and `ask`s it; in a
 //! cluster it asks the virtual actor, wherever it lives.
 
-use crate::fleet::{vehicle_name, Fleet, GetState, ListVehicles, MapBatch, Vehicle, VehicleState};
+use crate::fleet::{
+    vehicle_name, Fleet, GetState, InjectedPanic, ListVehicles, MapBatch, Vehicle, VehicleState,
+};
 use crate::metrics::{Metrics, Route};
 use crate::sharded::{InBox, NodeSummary, Summarize, VirtualVehicle, IN_BOX_GROUP, SUMMARY_GROUP};
 use crate::simulator::ROUTES;
@@ -13,7 +15,7 @@ use axum::extract::{Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::Router;
 use futures_util::Stream;
 use serde::{Deserialize, Serialize};
@@ -23,6 +25,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
 use troubadour::{ActorRef, AskError, SystemHandle};
 use troubadour_cluster::Cluster;
+use troubadour_observe::Observer;
 
 /// How long a request waits for a vehicle's answer.
 const ASK_TIMEOUT: Duration = Duration::from_secs(1);
@@ -51,20 +54,30 @@ pub struct Shared {
     pub updates: broadcast::Sender<MapBatch>,
     /// Turns true on shutdown; ends event streams.
     pub stop: watch::Receiver<bool>,
+    /// The runtime's dashboard, to mount at `/dashboard` (`None` when it
+    /// is served on an address of its own).
+    pub dashboard: Option<Observer>,
+    /// Serve `POST /debug/panic?id=` (one process only).
+    pub debug_faults: bool,
 }
 
 /// The service's routes; in a cluster also `/cluster` (every node's
 /// summary) and `/cluster/node/{status,health}` (this node's, for
-/// operators and readiness probes).
+/// operators and readiness probes); the runtime's dashboard under
+/// `/dashboard` unless it has an address of its own.
 pub fn router(shared: Shared) -> Router {
-    let routes = Router::new()
+    let mut routes = Router::new()
         .route("/", get(index))
         .route("/vehicle", get(vehicle))
         .route("/vehicles", get(vehicles))
         .route("/metrics", get(metrics))
         .route("/routes", get(routes))
         .route("/events", get(events));
-    match &shared.vehicles {
+    if shared.debug_faults && matches!(shared.vehicles, Vehicles::Local(_)) {
+        routes = routes.route("/debug/panic", post(inject_panic));
+    }
+    let dashboard = shared.dashboard.clone();
+    let routes = match &shared.vehicles {
         Vehicles::Local(_) => routes.with_state(shared),
         Vehicles::Cluster(cluster) => {
             let node = troubadour_cluster::http::router(cluster.clone());
@@ -73,6 +86,48 @@ pub fn router(shared: Shared) -> Router {
                 .with_state(shared)
                 .nest("/cluster/node", node)
         }
+    };
+    match dashboard {
+        Some(observer) => routes
+            .route("/dashboard/", get(to_dashboard))
+            .nest("/dashboard", observer.router()),
+        None => routes,
+    }
+}
+
+async fn to_dashboard() -> Response {
+    (
+        StatusCode::PERMANENT_REDIRECT,
+        [(header::LOCATION, "/dashboard")],
+    )
+        .into_response()
+}
+
+/// `POST /debug/panic?id=`: the vehicle's actor panics on its next turn
+/// (`--debug-faults` only).
+async fn inject_panic(
+    State(shared): State<Shared>,
+    query: Result<Query<VehicleQuery>, QueryRejection>,
+) -> Response {
+    let Some(id) = query
+        .ok()
+        .and_then(|Query(q)| q.id)
+        .filter(|id| !id.is_empty())
+    else {
+        return error(StatusCode::BAD_REQUEST, "missing query parameter id");
+    };
+    match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
+        None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
+        Some(actor) => match actor.tell(InjectedPanic) {
+            Ok(()) => json(
+                StatusCode::ACCEPTED,
+                &serde_json::json!({ "panicking": id, "actor": actor.id().serial() }),
+            ),
+            Err(e) => error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("vehicle {id} took no message ({e}); try again"),
+            ),
+        },
     }
 }
 
@@ -340,6 +395,12 @@ async fn metrics(State(shared): State<Shared>) -> Response {
             crate::metrics::render_cluster(&mut text, &status);
         }
     }
+    // The runtime's own families (`troubadour_*`), beside the service's.
+    troubadour_observe::prometheus::render(
+        &shared.system.metrics(),
+        troubadour_observe::prometheus::Format::Text,
+        &mut text,
+    );
     (
         [(
             header::CONTENT_TYPE,

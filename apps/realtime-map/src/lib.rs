@@ -25,4 +25,4 @@ pub mod node;
 pub mod sharded;
 pub mod simulator;
 
-pub use app::{App, Config, SimulatorConfig, StartError};
+pub use app::{App, Config, Dashboard, SimulatorConfig, StartError};

@@ -5,7 +5,7 @@
 //! another service to consume.
 
 use clap::{Args, Parser, Subcommand};
-use realtime_map::app::{self, Config, SimulatorConfig};
+use realtime_map::app::{self, Config, Dashboard, SimulatorConfig};
 use realtime_map::ingest::Broker;
 use realtime_map::launcher::{self, LocalCluster, LocalClusterConfig};
 use realtime_map::node::{Node, NodeConfig, StoreLocation, TlsFiles};
@@ -48,6 +48,16 @@ struct Cli {
     /// Actor system worker threads (default: half the cores, at least one).
     #[arg(long)]
     workers: Option<usize>,
+    /// Serve the runtime's dashboard (and its /metrics) on this address
+    /// instead of at /dashboard on --listen; keep it on loopback or a
+    /// private network.
+    #[arg(long, value_name = "ADDR")]
+    dashboard_listen: Option<SocketAddr>,
+    /// Serve POST /debug/panic?id=<vehicle>, which makes that vehicle's
+    /// actor panic (its supervisor restarts it), to watch supervision on
+    /// the dashboard. Never in production.
+    #[arg(long, conflicts_with_all = ["cluster", "node"])]
+    debug_faults: bool,
     /// Run a local cluster of this many node processes on 127.0.0.1,
     /// 127.0.0.2, …, each serving HTTP on the --listen port of its own
     /// address; prints `node <n> pid <pid> http://<addr>:<port>` per node.
@@ -192,6 +202,10 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         }),
         idle: cli.idle,
         workers: cli.workers,
+        dashboard: cli
+            .dashboard_listen
+            .map_or(Dashboard::Mounted, Dashboard::Listen),
+        debug_faults: cli.debug_faults,
     };
     let app = App::start(config).await?;
     let sim = match app.vehicle_ids().len() {
@@ -203,6 +217,7 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         app.broker(),
         app.http_addr()
     );
+    println!("dashboard {}", app.dashboard_url());
     tokio::signal::ctrl_c().await?;
     eprintln!("realtime-map: shutting down");
     app.shutdown().await?;
@@ -219,7 +234,13 @@ async fn stop_signal() -> std::io::Result<()> {
     }
 }
 
+fn dashboard(cli: &Cli) -> Dashboard {
+    cli.dashboard_listen
+        .map_or(Dashboard::Mounted, Dashboard::Listen)
+}
+
 async fn serve_node(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+    let dashboard = dashboard(&cli);
     let args = cli.node;
     let name = args.node.expect("checked by the caller");
     let tls = match (args.tls_cert, args.tls_key, args.tls_ca) {
@@ -252,6 +273,7 @@ async fn serve_node(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         shards,
         expected_nodes: args.expected_nodes,
         workers: cli.workers,
+        dashboard,
     };
     let node = Node::start(config).await?;
     println!(

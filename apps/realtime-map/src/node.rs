@@ -3,7 +3,7 @@
 //! virtual actors, a share of the MQTT feed, and the same HTTP API, which
 //! answers for every vehicle of the cluster whichever node is asked.
 
-use crate::app;
+use crate::app::{self, Dashboard};
 use crate::broker::BrokerError;
 use crate::fleet::MapBatch;
 use crate::http::{self, Shared, Vehicles};
@@ -25,6 +25,7 @@ use troubadour_cluster::{
     with_cluster, Cluster, LeaseStore, MembershipConfig, PostgresLeaseStore, ShardCount,
     SqliteLeaseStore,
 };
+use troubadour_observe::Observer;
 use troubadour_persistence::{PostgresStore, SqliteStore, WriteBehind};
 use troubadour_remote::{Remote, Security, TlsConfig};
 
@@ -140,6 +141,8 @@ pub struct NodeConfig {
     /// Worker threads of the actor system; `None` for half the cores (at
     /// least one).
     pub workers: Option<usize>,
+    /// Where the runtime's dashboard is served.
+    pub dashboard: Dashboard,
 }
 
 /// Why a node did not start.
@@ -207,6 +210,8 @@ pub struct Node {
     cluster: Cluster,
     behind: WriteBehind,
     metrics: Arc<Metrics>,
+    observer: Observer,
+    dashboard: SocketAddr,
 }
 
 /// The MQTT shared subscription's group: every node takes a share.
@@ -387,12 +392,18 @@ impl Node {
             metrics.clone(),
             stopped.clone(),
         )));
+        let (observer, mounted, dashboard) =
+            app::start_dashboard(system, config.dashboard, http, &mut tasks)
+                .await
+                .map_err(|(addr, e)| NodeError::Http(addr, e))?;
         let router = http::router(Shared {
             system: system.handle(),
             vehicles: Vehicles::Cluster(cluster.clone()),
             metrics: metrics.clone(),
             updates,
             stop: stopped.clone(),
+            dashboard: mounted,
+            debug_faults: false,
         });
         tasks.push(app::serve_http(listener, router, stopped));
         Ok(Parts {
@@ -405,6 +416,8 @@ impl Node {
             cluster,
             behind,
             metrics,
+            observer,
+            dashboard,
         })
     }
 
@@ -433,11 +446,17 @@ impl Node {
         &self.metrics
     }
 
+    /// Where the runtime's dashboard is.
+    pub fn dashboard_url(&self) -> String {
+        app::dashboard_url(self.dashboard, self.http)
+    }
+
     /// Leaves the cluster gracefully: stops taking positions and requests,
     /// hands every shard over (its vehicles' states flushed first), writes
     /// what is pending, then stops the actors.
     pub async fn shutdown(self) -> Result<(), ShutdownError> {
         let _ = self.stop.send(true);
+        self.observer.close();
         for task in self.tasks {
             let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
         }
@@ -467,6 +486,8 @@ struct Parts {
     cluster: Cluster,
     behind: WriteBehind,
     metrics: Arc<Metrics>,
+    observer: Observer,
+    dashboard: SocketAddr,
 }
 
 impl Parts {
@@ -482,6 +503,8 @@ impl Parts {
             cluster: self.cluster,
             behind: self.behind,
             metrics: self.metrics,
+            observer: self.observer,
+            dashboard: self.dashboard,
         }
     }
 }

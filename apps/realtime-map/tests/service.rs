@@ -22,6 +22,8 @@ fn config() -> Config {
         simulator: None,
         idle: Duration::from_secs(60),
         workers: Some(2),
+        dashboard: realtime_map::Dashboard::Mounted,
+        debug_faults: true,
     }
 }
 
@@ -345,6 +347,104 @@ async fn a_failed_vehicle_is_restarted_by_the_fleet() {
         "a restart keeps the actor's identity"
     );
     assert_eq!(m.vehicles_spawned.load(Relaxed), 1);
+    app.shutdown().await.expect("clean shutdown");
+}
+
+async fn post(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response[9..12].parse().expect("status code");
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runtime_dashboard_shows_the_fleet_its_vehicles_and_a_panicked_one() {
+    let app = App::start(config()).await.expect("start");
+    let addr = app.http_addr();
+    assert_eq!(app.dashboard_url(), format!("http://{addr}/dashboard"));
+    let client = publisher(app.broker()).await;
+    let m = app.metrics().clone();
+    for veh in 1..=3 {
+        publish(&client, &report(veh, 60.2, 24.9, T0)).await;
+    }
+    eventually("three vehicles exist", || {
+        m.positions_handled.load(Relaxed) == 3
+    })
+    .await;
+
+    let (status, page) = get(addr, "/dashboard").await;
+    assert_eq!(status, 200);
+    assert!(page.contains("Supervision tree"));
+    let (status, _) = get(addr, "/dashboard/").await;
+    assert_eq!(status, 308, "the trailing slash redirects to the page");
+
+    // The fleet at the top level, its vehicles under it.
+    let (_, top) = get_json(addr, "/dashboard/api/children").await;
+    let fleet = top["groups"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["short"] == "Fleet")
+        .unwrap_or_else(|| panic!("no Fleet at the top level: {top}"))
+        .clone();
+    assert_eq!(fleet["count"], 1);
+    let (_, fleets) = get_json(
+        addr,
+        &format!(
+            "/dashboard/api/children?kind={}",
+            fleet["kind"].as_str().unwrap()
+        ),
+    )
+    .await;
+    let fleet_id = fleets["actors"][0]["id"].as_u64().unwrap();
+    assert_eq!(fleets["actors"][0]["name"], "fleet");
+    let (_, vehicles) = get_json(addr, &format!("/dashboard/api/children?parent={fleet_id}")).await;
+    assert_eq!(vehicles["groups"][0]["short"], "Vehicle");
+    assert_eq!(vehicles["groups"][0]["count"], 3);
+
+    // A vehicle made to panic is restarted by the fleet; the dashboard
+    // shows the restart and why.
+    let (status, body) = post(addr, "/debug/panic?id=22/2").await;
+    assert_eq!(status, 202, "{body}");
+    eventually("the fleet restarts it", || {
+        m.vehicle_restarts.load(Relaxed) == 1
+    })
+    .await;
+    let serial = app
+        .system()
+        .whereis::<Vehicle>(&vehicle_name("22/2"))
+        .expect("registered")
+        .id()
+        .serial();
+    let (status, detail) = get_json(addr, &format!("/dashboard/api/actor?id={serial}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(detail["restarts"], 1, "{detail}");
+    assert_eq!(detail["parent"], fleet_id);
+    assert_eq!(
+        detail["parent_label"], "fleet",
+        "a named supervisor shows by name"
+    );
+    let reason = detail["last_failure"].as_str().unwrap_or_default();
+    assert!(reason.contains("injected fault"), "{detail}");
+
+    // /metrics carries the runtime's families beside the service's.
+    let (_, metrics) = get(addr, "/metrics").await;
+    assert!(metrics.contains("realtime_map_positions_handled_total"));
+    let vehicles_alive = metrics
+        .lines()
+        .find(|l| l.starts_with("troubadour_actors_alive{kind=\"realtime_map::fleet::Vehicle\"}"))
+        .unwrap_or_else(|| panic!("no runtime metrics for vehicles in:\n{metrics}"));
+    assert!(vehicles_alive.ends_with(" 3"), "{vehicles_alive}");
+    assert!(metrics.contains("troubadour_restarts_total{kind=\"realtime_map::fleet::Vehicle\"} 1"));
     app.shutdown().await.expect("clean shutdown");
 }
 

@@ -210,6 +210,9 @@ pub struct ActorDetail {
     pub row: ActorRow,
     /// Every name it is registered under.
     pub names: Vec<String>,
+    /// Its supervisor as the dashboard names it (its registered name, or
+    /// its kind and id); `None` under the guardian.
+    pub parent_label: Option<String>,
     /// Why it last failed or was killed.
     pub last_failure: Option<String>,
     /// Its children, by kind.
@@ -378,9 +381,21 @@ impl Observer {
             .pop()
             .expect("one sample makes one row");
         let children = self.children(Some(id), Some(""), 0, 0).groups;
+        let parent_label =
+            details
+                .sample
+                .parent
+                .map(|parent| match self.shared.system.actor_details(parent) {
+                    Some(p) => match p.names.first() {
+                        Some(name) => name.clone(),
+                        None => format!("{} {parent}", short_kind(p.sample.kind)),
+                    },
+                    None => parent.to_string(),
+                });
         Some(ActorDetail {
             row,
             names: details.names,
+            parent_label,
             last_failure: details.last_failure.map(|r| r.to_string()),
             children,
         })

@@ -234,6 +234,13 @@ async fn the_dashboard_shows_the_tree_a_restart_with_its_reason_and_finds_by_nam
     assert!(reason.contains("tripped on a loose cable"), "{reason}");
     assert_eq!(detail["names"][0], "worker/1");
     assert_eq!(detail["parent"], foreman_serial);
+    assert!(
+        detail["parent_label"]
+            .as_str()
+            .unwrap()
+            .starts_with("Foreman <"),
+        "an unnamed supervisor shows as its kind and id: {detail}"
+    );
 
     let found = json(r.addr, "/api/search?q=WORKER/2").await;
     let found = found.as_array().unwrap();
