@@ -4,7 +4,9 @@
 //!
 //! Sampling costs a walk over every live actor, so it runs only while a
 //! dashboard is open (a live stream is subscribed, or a request came in
-//! the last [`IDLE_AFTER`]). Per-actor rates are kept for at most
+//! the last [`IDLE_AFTER`]), and at most a twentieth of the time: with a
+//! million actors a sample takes a few hundred milliseconds, and the next
+//! one waits twenty times that. Per-actor rates are kept for at most
 //! [`ObserverConfig::tracked_actors`] actors; above that the overview says
 //! so and ranks the hottest among those tracked, while the per-kind
 //! figures stay exact.
@@ -642,9 +644,13 @@ async fn sample_while_watched(shared: std::sync::Weak<Shared>) {
         if *s.closed.borrow() {
             return;
         }
-        let interval = s.config.interval;
         if s.watched() {
+            let started = Instant::now();
             s.sample();
+            // A sample walks every live actor: with a million it takes a
+            // good part of a second. Sampling then slows down so that it
+            // never takes more than a twentieth of one core.
+            let interval = s.config.interval.max(started.elapsed() * 20);
             drop(s);
             tokio::time::sleep(interval).await;
         } else {

@@ -43,17 +43,20 @@ pub(crate) struct ActorStats {
     id: ActorId,
     kind: TypeId,
     kind_name: &'static str,
-    parent: Option<ActorId>,
+    /// The supervisor's id; 0 (no actor's) for the guardian. Fields are
+    /// kept narrow: an observed system may hold millions of these.
+    parent: u64,
     /// Where it is in the table: its shard and its slot there.
     shard: u32,
     slot: u32,
-    started: Instant,
+    /// Milliseconds from the table's creation to the spawn.
+    started_ms: u64,
     handled: AtomicU64,
     depth: AtomicU32,
     sampled_epoch: AtomicU32,
     restarts: AtomicU32,
     failures: AtomicU32,
-    last_failure: Mutex<Option<ExitReason>>,
+    last_failure: Mutex<Option<Box<ExitReason>>>,
     /// Taken out of the table (its stop, or its cell's drop if it never
     /// finished one).
     gone: AtomicBool,
@@ -94,23 +97,24 @@ impl ActorStats {
 
     pub(crate) fn record_failure(&self, reason: &ExitReason) {
         self.failures.fetch_add(1, Ordering::Relaxed);
-        *lock(&self.last_failure) = Some(reason.clone());
+        *lock(&self.last_failure) = Some(Box::new(reason.clone()));
     }
 
     pub(crate) fn record_restart(&self) {
         self.restarts.fetch_add(1, Ordering::Relaxed);
     }
 
-    fn sample(&self, now: Instant) -> ActorSample {
+    /// `now_ms`: milliseconds since the table's creation.
+    fn sample(&self, now_ms: u64) -> ActorSample {
         ActorSample {
             id: self.id,
             kind: self.kind_name,
-            parent: self.parent,
+            parent: (self.parent != 0).then_some(ActorId(self.parent)),
             messages_handled: self.handled.load(Ordering::Relaxed),
             mailbox_depth: self.depth.load(Ordering::Relaxed),
             restarts: self.restarts.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
-            age: now.saturating_duration_since(self.started),
+            age: Duration::from_millis(now_ms.saturating_sub(self.started_ms)),
         }
     }
 }
@@ -303,6 +307,7 @@ pub(crate) struct LiveActors {
     shards: Box<[Mutex<Shard>]>,
     /// Bumped by each observer's request for fresh depth samples.
     pub(crate) epoch: AtomicU32,
+    created: Instant,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -314,6 +319,7 @@ impl LiveActors {
         LiveActors {
             shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
             epoch: AtomicU32::new(0),
+            created: Instant::now(),
         }
     }
 
@@ -338,10 +344,10 @@ impl LiveActors {
             id,
             kind,
             kind_name,
-            parent,
+            parent: parent.map_or(0, |p| p.0),
             shard: home as u32,
             slot,
-            started: Instant::now(),
+            started_ms: self.now_ms(),
             handled: AtomicU64::new(0),
             depth: AtomicU32::new(0),
             sampled_epoch: AtomicU32::new(self.epoch.load(Ordering::Relaxed)),
@@ -378,6 +384,10 @@ impl LiveActors {
         totals.failures += u64::from(stats.failures.load(Ordering::Relaxed));
     }
 
+    fn now_ms(&self) -> u64 {
+        self.created.elapsed().as_millis() as u64
+    }
+
     /// Asks every actor for a fresh depth sample at the end of its next
     /// turn.
     pub(crate) fn request_samples(&self) {
@@ -389,7 +399,7 @@ impl LiveActors {
     pub(crate) fn for_each(&self, mut f: impl FnMut(ActorSample)) {
         let mut batch = Vec::new();
         for shard in self.shards.iter() {
-            let now = Instant::now();
+            let now = self.now_ms();
             batch.extend(lock(shard).slots.iter().flatten().map(|s| s.sample(now)));
             batch.drain(..).for_each(&mut f);
         }
@@ -400,8 +410,8 @@ impl LiveActors {
         self.shards.iter().find_map(|shard| {
             let shard = lock(shard);
             let stats = shard.slots.iter().flatten().find(|s| s.id == id)?;
-            let failure = lock(&stats.last_failure).clone();
-            Some((stats.sample(Instant::now()), failure))
+            let failure = lock(&stats.last_failure).as_deref().cloned();
+            Some((stats.sample(self.now_ms()), failure))
         })
     }
 
