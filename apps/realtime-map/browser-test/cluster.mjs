@@ -111,6 +111,25 @@ try {
 
   const status = await page.textContent("#status");
   if (status !== "live") fail(`the event stream is not live: status "${status}"`);
+
+  // node1's runtime dashboard: the cluster panel lists the two survivors,
+  // which own every shard between them.
+  const dashboard = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  dashboard.on("pageerror", (e) => pageErrors.push(`dashboard: ${e.message}`));
+  await dashboard.goto(`${nodes[0].url}dashboard`);
+  await dashboard.waitForFunction(
+    () => {
+      const rows = [...document.querySelectorAll("#nodes tr")];
+      return !document.getElementById("cluster").hidden && rows.length === 2
+        && rows.every((r) => r.dataset.node !== "node2");
+    },
+    null,
+    { timeout: 60_000 },
+  );
+  const rows = await dashboard.$$eval("#nodes tr", (rs) => rs.map((r) => r.textContent));
+  console.log(`node1's dashboard, cluster panel: ${rows.join(" | ")}`);
+  await dashboard.screenshot({ path: `${artifacts}/dashboard-cluster.png` });
+
   if (pageErrors.length) fail(`errors in the page: ${pageErrors.join("; ")}`);
   if (!process.exitCode) console.log("cluster browser test passed");
 } catch (e) {

@@ -201,17 +201,18 @@ impl App {
         }
         tasks.push(tokio::spawn(count_rate(metrics.clone(), stopped.clone())));
 
-        let (observer, mounted, dashboard) =
-            start_dashboard(&system, config.dashboard, http, &mut tasks)
-                .await
-                .map_err(|(addr, e)| StartError::Http(addr, e))?;
+        let observer = Observer::new(system.handle());
+        let (mounted, dashboard) = start_dashboard(&observer, config.dashboard, http, &mut tasks)
+            .await
+            .map_err(|(addr, e)| StartError::Http(addr, e))?;
         let router = http::router(Shared {
             system: system.handle(),
             vehicles: http::Vehicles::Local(fleet.clone()),
             metrics: metrics.clone(),
             updates,
             stop: stopped.clone(),
-            dashboard: mounted,
+            observer: observer.clone(),
+            mount_dashboard: mounted,
             debug_faults: config.debug_faults,
         });
         tasks.push(serve_http(listener, router, stopped));
@@ -283,18 +284,17 @@ impl App {
     }
 }
 
-/// Starts watching `system` for the dashboard: mounted on the service's
-/// address (`http`), or served on its own address. Returns the observer,
-/// the observer to mount (if mounted) and the dashboard's address.
+/// Places the dashboard: mounted on the service's address (`http`), or
+/// served on its own address. Returns whether to mount it, and where it
+/// is.
 pub(crate) async fn start_dashboard(
-    system: &ActorSystem,
+    observer: &Observer,
     place: Dashboard,
     http: SocketAddr,
     tasks: &mut Vec<JoinHandle<()>>,
-) -> Result<(Observer, Option<Observer>, SocketAddr), (SocketAddr, std::io::Error)> {
-    let observer = Observer::new(system.handle());
+) -> Result<(bool, SocketAddr), (SocketAddr, std::io::Error)> {
     match place {
-        Dashboard::Mounted => Ok((observer.clone(), Some(observer), http)),
+        Dashboard::Mounted => Ok((true, http)),
         Dashboard::Listen(addr) => {
             let (listener, bound) = bind_http(addr).await.map_err(|e| (addr, e))?;
             let serving = observer.clone();
@@ -303,7 +303,7 @@ pub(crate) async fn start_dashboard(
                     tracing::error!("dashboard server stopped: {e}");
                 }
             }));
-            Ok((observer, None, bound))
+            Ok((false, bound))
         }
     }
 }

@@ -54,9 +54,11 @@ pub struct Shared {
     pub updates: broadcast::Sender<MapBatch>,
     /// Turns true on shutdown; ends event streams.
     pub stop: watch::Receiver<bool>,
-    /// The runtime's dashboard, to mount at `/dashboard` (`None` when it
-    /// is served on an address of its own).
-    pub dashboard: Option<Observer>,
+    /// Watches the runtime: its families in `/metrics`, and the dashboard.
+    pub observer: Observer,
+    /// Mount the dashboard at `/dashboard` (not when it is served on an
+    /// address of its own).
+    pub mount_dashboard: bool,
     /// Serve `POST /debug/panic?id=` (one process only).
     pub debug_faults: bool,
 }
@@ -76,7 +78,7 @@ pub fn router(shared: Shared) -> Router {
     if shared.debug_faults && matches!(shared.vehicles, Vehicles::Local(_)) {
         routes = routes.route("/debug/panic", post(inject_panic));
     }
-    let dashboard = shared.dashboard.clone();
+    let dashboard = shared.mount_dashboard.then(|| shared.observer.clone());
     let routes = match &shared.vehicles {
         Vehicles::Local(_) => routes.with_state(shared),
         Vehicles::Cluster(cluster) => {
@@ -390,16 +392,13 @@ async fn cluster_view(State(shared): State<Shared>) -> Response {
 
 async fn metrics(State(shared): State<Shared>) -> Response {
     let mut text = shared.metrics.render(shared.system.dead_letter_count());
-    if let Vehicles::Cluster(cluster) = &shared.vehicles {
-        if let Ok(status) = cluster.status().await {
-            crate::metrics::render_cluster(&mut text, &status);
-        }
-    }
-    // The runtime's own families (`troubadour_*`), beside the service's.
-    troubadour_observe::prometheus::render(
-        &shared.system.metrics(),
-        troubadour_observe::prometheus::Format::Text,
-        &mut text,
+    // The runtime's own families (`troubadour_*`: actors, the remote
+    // layer and the cluster in a node), beside the service's.
+    text.push_str(
+        &shared
+            .observer
+            .render_metrics(troubadour_observe::prometheus::Format::Text)
+            .await,
     );
     (
         [(

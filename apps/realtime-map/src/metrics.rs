@@ -225,55 +225,6 @@ impl Metrics {
     }
 }
 
-/// Appends a cluster node's gauges and counters: members, shards hosted,
-/// vehicles active, the lease, failovers.
-pub fn render_cluster(out: &mut String, status: &troubadour_cluster::ClusterStatus) {
-    let node = &status.node;
-    for (name, kind, help, value) in [
-        (
-            "realtime_map_cluster_members",
-            "gauge",
-            "Members this node sees up, itself included.",
-            status.members.len() as u64,
-        ),
-        (
-            "realtime_map_cluster_shards",
-            "gauge",
-            "Shards this node hosts.",
-            status.shards.len() as u64,
-        ),
-        (
-            "realtime_map_cluster_vehicles_active",
-            "gauge",
-            "Vehicles (virtual actors) active on this node.",
-            status.entities as u64,
-        ),
-        (
-            "realtime_map_cluster_lease_valid",
-            "gauge",
-            "1 while this node's lease is valid (it hosts shards only then).",
-            u64::from(status.lease_valid),
-        ),
-        (
-            "realtime_map_cluster_messages_waiting",
-            "gauge",
-            "Messages waiting for their shard's owner to be known.",
-            status.waiting as u64,
-        ),
-        (
-            "realtime_map_cluster_failovers_total",
-            "counter",
-            "Shards this node took over from lost nodes.",
-            status.failovers,
-        ),
-    ] {
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{node=\"{node}\"}} {value}"
-        );
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

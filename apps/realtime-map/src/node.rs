@@ -392,8 +392,11 @@ impl Node {
             metrics.clone(),
             stopped.clone(),
         )));
-        let (observer, mounted, dashboard) =
-            app::start_dashboard(system, config.dashboard, http, &mut tasks)
+        let observer = Observer::new(system.handle())
+            .with_remote(remote.shared_stats())
+            .with_cluster(cluster.clone());
+        let (mounted, dashboard) =
+            app::start_dashboard(&observer, config.dashboard, http, &mut tasks)
                 .await
                 .map_err(|(addr, e)| NodeError::Http(addr, e))?;
         let router = http::router(Shared {
@@ -402,7 +405,8 @@ impl Node {
             metrics: metrics.clone(),
             updates,
             stop: stopped.clone(),
-            dashboard: mounted,
+            observer: observer.clone(),
+            mount_dashboard: mounted,
             debug_faults: false,
         });
         tasks.push(app::serve_http(listener, router, stopped));

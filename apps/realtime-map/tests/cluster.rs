@@ -216,6 +216,45 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
         .then_some(())
     });
 
+    // Each node's runtime dashboard shows the cluster as its lease store
+    // says: three nodes up, every one of the 64 shards owned.
+    let panel = eventually(
+        "node1's dashboard shows the settled cluster",
+        Duration::from_secs(60),
+        || {
+            let (_, overview) = get_json(addrs[0], "/dashboard/api/overview")?;
+            let cluster = overview.get("cluster").filter(|c| !c.is_null())?.clone();
+            let nodes = cluster["nodes"].as_array()?;
+            let shards: u64 = nodes.iter().filter_map(|n| n["shards"].as_u64()).sum();
+            (nodes.len() == 3 && shards == 64 && nodes.iter().all(|n| n["up"] == true))
+                .then_some(cluster)
+        },
+    );
+    assert_eq!(panel["node"], "node1");
+    let here: Vec<_> = panel["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|n| n["here"] == true)
+        .collect();
+    assert_eq!(here.len(), 1, "{panel}");
+    assert_eq!(here[0]["name"], "node1");
+    // And its /metrics carries the cluster's and the remote layer's
+    // families beside the runtime's.
+    let (_, metrics) = get(addrs[0], "/metrics").unwrap();
+    for line in [
+        "troubadour_cluster_members{node=\"node1\"} 3",
+        "troubadour_cluster_lease_valid{node=\"node1\"} 1",
+        "troubadour_remote_handshakes_refused_total 0",
+    ] {
+        assert!(metrics.contains(line), "no `{line}` in:\n{metrics}");
+    }
+    let owners = metrics
+        .lines()
+        .filter(|l| l.starts_with("troubadour_cluster_shards_owned{node=\"node1\",owner="))
+        .count();
+    assert_eq!(owners, 3, "{metrics}");
+
     // Every bus is active somewhere, and every node gathers all of them.
     let vehicles = eventually("every bus is on the map", Duration::from_secs(60), || {
         all_vehicles(addrs[1]).filter(|v| v.len() == VEHICLES)
@@ -319,6 +358,19 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
     assert!(
         failovers > 0,
         "the survivors took node2's shards over: {view}"
+    );
+    // The dashboard of a survivor no longer counts node2: its shards are
+    // owned by the two others.
+    eventually(
+        "node3's dashboard shows two nodes owning every shard",
+        Duration::from_secs(60),
+        || {
+            let (_, overview) = get_json(addrs[2], "/dashboard/api/overview")?;
+            let nodes = overview["cluster"]["nodes"].as_array()?.clone();
+            let names: BTreeSet<&str> = nodes.iter().filter_map(|n| n["name"].as_str()).collect();
+            let shards: u64 = nodes.iter().filter_map(|n| n["shards"].as_u64()).sum();
+            (names == BTreeSet::from(["node1", "node3"]) && shards == 64).then_some(())
+        },
     );
     let everything = eventually(
         "every bus is back on the map",

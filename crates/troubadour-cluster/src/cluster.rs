@@ -573,6 +573,16 @@ impl Cluster {
             waiting: s.waiting,
             balanced: s.balanced,
             failovers: s.failovers,
+            owners: s
+                .owners
+                .into_iter()
+                .map(|(node, shards, leased)| OwnerStatus {
+                    node: node.name,
+                    incarnation: node.incarnation,
+                    shards,
+                    lease_valid: leased,
+                })
+                .collect(),
         })
     }
 }
@@ -609,6 +619,24 @@ pub struct ClusterStatus {
     /// handed them over nor stayed live) since it started: each is a
     /// failover.
     pub failovers: u64,
+    /// Every node that owns shards, as the lease store said at this
+    /// node's latest read (so at most a lease-check interval old): the
+    /// cluster's shards per node, seen from any node.
+    pub owners: Vec<OwnerStatus>,
+}
+
+/// A node that owns shards. See [`ClusterStatus::owners`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct OwnerStatus {
+    /// The node's name.
+    pub node: String,
+    /// Its incarnation (a restarted node is a new owner).
+    pub incarnation: u64,
+    /// Shards it owns.
+    pub shards: usize,
+    /// Whether its lease was valid at that read: a dead node keeps its
+    /// shards until another node claims them.
+    pub lease_valid: bool,
 }
 
 /// A hosted shard. See [`ClusterStatus`].

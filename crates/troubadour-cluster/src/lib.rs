@@ -49,7 +49,7 @@ mod tasks;
 
 pub use cluster::{
     with_cluster, Cluster, ClusterBuilder, ClusterError, ClusterStatus, EntityAsk, EntityRef,
-    ShardStatus,
+    OwnerStatus, ShardStatus,
 };
 pub use entity::{Entity, EntityMessages};
 pub use groups::{Group, GroupError};

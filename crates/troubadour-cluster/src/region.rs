@@ -306,6 +306,9 @@ pub(crate) struct RegionStatus {
     pub waiting: usize,
     pub balanced: bool,
     pub failovers: u64,
+    /// From the latest store view: each owner with its shard count and
+    /// whether its lease was valid.
+    pub owners: Vec<(NodeKey, usize, bool)>,
 }
 
 /// Read the store again for the shards messages wait on.
@@ -1348,6 +1351,16 @@ impl Region {
             waiting: self.waiting_len,
             balanced: self.balanced && self.in_flight.is_empty(),
             failovers: self.failovers,
+            owners: self.view.as_ref().map_or_else(Vec::new, |view| {
+                let mut owners: BTreeMap<&NodeKey, usize> = BTreeMap::new();
+                for owner in view.assignments.iter().filter_map(|a| a.owner.as_ref()) {
+                    *owners.entry(owner).or_default() += 1;
+                }
+                owners
+                    .into_iter()
+                    .map(|(node, shards)| (node.clone(), shards, view.is_leased(node)))
+                    .collect()
+            }),
         }
     }
 

@@ -78,7 +78,7 @@ async fn metrics(State(observer): State<Observer>, headers: HeaderMap) -> Respon
     let format = Format::from_accept(accept);
     (
         [(header::CONTENT_TYPE, format.content_type())],
-        observer.render_metrics(format),
+        observer.render_metrics(format).await,
     )
         .into_response()
 }

@@ -39,6 +39,6 @@ pub mod observer;
 pub mod prometheus;
 
 pub use observer::{
-    ActorDetail, ActorRow, Children, DeadLetterRow, Group, KindRow, Observer, ObserverConfig,
-    Overview,
+    ActorDetail, ActorRow, Children, ClusterNode, ClusterPanel, DeadLetterRow, Group, KindRow,
+    Observer, ObserverConfig, Overview,
 };

@@ -81,6 +81,10 @@ pub(crate) struct Shared {
     pub(crate) closed: watch::Sender<bool>,
     /// Wakes the sampler when a dashboard opens.
     wake: tokio::sync::Notify,
+    #[cfg(feature = "remote")]
+    remote: std::sync::OnceLock<Arc<troubadour_remote::RemoteStats>>,
+    #[cfg(feature = "cluster")]
+    cluster: std::sync::OnceLock<troubadour_cluster::Cluster>,
 }
 
 #[derive(Default)]
@@ -96,6 +100,8 @@ struct State {
     overview: Option<Arc<Overview>>,
     dead_letters: VecDeque<DeadLetterRow>,
     dead_letters_seen: u64,
+    /// The cluster as the sampler last asked (feature `cluster`).
+    cluster: Option<ClusterPanel>,
 }
 
 /// What the dashboard shows at the top, refreshed at each sample.
@@ -126,6 +132,48 @@ pub struct Overview {
     pub hottest_sampled: bool,
     /// The latest dead letters, newest first.
     pub recent_dead_letters: Vec<DeadLetterRow>,
+    /// The cluster, when the observer was given one
+    /// ([`Observer::with_cluster`], feature `cluster`).
+    pub cluster: Option<ClusterPanel>,
+}
+
+/// A cluster as one node sees it, for the dashboard.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterPanel {
+    /// This node.
+    pub node: String,
+    /// Whether its lease is valid (it hosts shards only then).
+    pub lease_valid: bool,
+    /// Time left on its lease, in milliseconds.
+    pub lease_left_ms: Option<u64>,
+    /// Whether it is leaving.
+    pub leaving: bool,
+    /// Whether its shards are the ones placement gives it.
+    pub balanced: bool,
+    /// Virtual actors active here.
+    pub entities: usize,
+    /// Messages waiting for a shard's owner.
+    pub waiting: usize,
+    /// Shards taken over from lost nodes.
+    pub failovers: u64,
+    /// Every node membership sees up or the lease store names as an
+    /// owner.
+    pub nodes: Vec<ClusterNode>,
+}
+
+/// One node in the [`ClusterPanel`].
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterNode {
+    /// Its name.
+    pub name: String,
+    /// Whether membership sees it up.
+    pub up: bool,
+    /// Whether its lease was valid at the latest read of the store.
+    pub lease_valid: bool,
+    /// Shards it owns, by the latest read of the store.
+    pub shards: usize,
+    /// Whether it is the node serving this dashboard.
+    pub here: bool,
 }
 
 /// The scheduler's workers, for JSON.
@@ -289,6 +337,10 @@ impl Observer {
             overviews,
             closed,
             wake: tokio::sync::Notify::new(),
+            #[cfg(feature = "remote")]
+            remote: std::sync::OnceLock::new(),
+            #[cfg(feature = "cluster")]
+            cluster: std::sync::OnceLock::new(),
         });
         let runtime = system.tokio_handle().clone();
         runtime.spawn(sample_while_watched(Arc::downgrade(&shared)));
@@ -301,9 +353,38 @@ impl Observer {
         &self.shared.system
     }
 
-    /// The system's figures in a Prometheus exposition format.
-    pub fn render_metrics(&self, format: Format) -> String {
+    /// Adds the remote layer's counters to the metrics (frames refused
+    /// by reason, connections lost, handshakes refused):
+    /// `observer.with_remote(remote.shared_stats())`.
+    #[cfg(feature = "remote")]
+    pub fn with_remote(self, stats: Arc<troubadour_remote::RemoteStats>) -> Observer {
+        let _ = self.shared.remote.set(stats);
+        self
+    }
+
+    /// Adds the cluster to the metrics and the dashboard: members, shards
+    /// per node (as this node last read the lease store), the lease,
+    /// active virtual actors, failovers.
+    #[cfg(feature = "cluster")]
+    pub fn with_cluster(self, cluster: troubadour_cluster::Cluster) -> Observer {
+        let _ = self.shared.cluster.set(cluster);
+        self
+    }
+
+    /// The system's figures in a Prometheus exposition format, with the
+    /// remote layer's and the cluster's when given.
+    pub async fn render_metrics(&self, format: Format) -> String {
         let mut out = String::new();
+        #[cfg(feature = "remote")]
+        if let Some(stats) = self.shared.remote.get() {
+            prometheus::render_remote(stats, format, &mut out);
+        }
+        #[cfg(feature = "cluster")]
+        if let Some(cluster) = self.shared.cluster.get() {
+            if let Ok(status) = cluster.status().await {
+                prometheus::render_cluster(&status, format, &mut out);
+            }
+        }
         prometheus::render(&self.shared.system.metrics(), format, &mut out);
         out
     }
@@ -568,6 +649,7 @@ impl Shared {
             .collect();
         kinds.sort_by(|a, b| b.alive.cmp(&a.alive).then(a.kind.cmp(b.kind)));
         let recent_dead_letters = state.dead_letters.iter().rev().cloned().collect();
+        let cluster = state.cluster.clone();
         drop(state);
 
         let named: HashMap<ActorId, String> = if hot.is_empty() {
@@ -609,6 +691,7 @@ impl Shared {
             hottest,
             hottest_sampled,
             recent_dead_letters,
+            cluster,
         });
         lock(&self.state).overview = Some(overview.clone());
         if self.overviews.receiver_count() > 0 {
@@ -617,6 +700,48 @@ impl Shared {
             }
         }
         overview
+    }
+}
+
+#[cfg(feature = "cluster")]
+fn cluster_panel(status: troubadour_cluster::ClusterStatus) -> ClusterPanel {
+    let mut nodes: Vec<ClusterNode> = status
+        .members
+        .iter()
+        .map(|name| ClusterNode {
+            name: name.clone(),
+            up: true,
+            lease_valid: false,
+            shards: 0,
+            here: *name == status.node,
+        })
+        .collect();
+    for owner in &status.owners {
+        match nodes.iter_mut().find(|n| n.name == owner.node) {
+            Some(node) => {
+                node.shards += owner.shards;
+                node.lease_valid |= owner.lease_valid;
+            }
+            None => nodes.push(ClusterNode {
+                name: owner.node.clone(),
+                up: false,
+                lease_valid: owner.lease_valid,
+                shards: owner.shards,
+                here: owner.node == status.node,
+            }),
+        }
+    }
+    nodes.sort_by(|a, b| a.name.cmp(&b.name));
+    ClusterPanel {
+        node: status.node,
+        lease_valid: status.lease_valid,
+        lease_left_ms: status.lease_left_ms,
+        leaving: status.leaving,
+        balanced: status.balanced,
+        entities: status.entities,
+        waiting: status.waiting,
+        failovers: status.failovers,
+        nodes,
     }
 }
 
@@ -646,6 +771,11 @@ async fn sample_while_watched(shared: std::sync::Weak<Shared>) {
         }
         if s.watched() {
             let started = Instant::now();
+            #[cfg(feature = "cluster")]
+            if let Some(cluster) = s.cluster.get() {
+                let panel = cluster.status().await.ok().map(cluster_panel);
+                lock(&s.state).cluster = panel;
+            }
             s.sample();
             // A sample walks every live actor: with a million it takes a
             // good part of a second. Sampling then slows down so that it

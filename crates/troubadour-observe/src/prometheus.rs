@@ -22,6 +22,29 @@
 //!
 //! The per-kind families are present only when the system
 //! [observes](troubadour::ActorSystemBuilder::observe) its actors.
+//!
+//! With the remote layer (feature `remote`, [`render_remote`]):
+//!
+//! | family | type | labels |
+//! |---|---|---|
+//! | `troubadour_remote_frames_refused_total` | counter | `reason` (`unknown_type`, `undecodable`, `no_such_actor`, `mailbox_full`, `unknown_channel`) |
+//! | `troubadour_remote_connections_lost_total` | counter | |
+//! | `troubadour_remote_framing_errors_total` | counter | |
+//! | `troubadour_remote_handshakes_refused_total` | counter | |
+//!
+//! With the cluster (feature `cluster`, [`render_cluster`]), all labelled
+//! `node` (the node reporting):
+//!
+//! | family | type | more labels |
+//! |---|---|---|
+//! | `troubadour_cluster_members` | gauge | |
+//! | `troubadour_cluster_shards` | gauge | |
+//! | `troubadour_cluster_shards_owned` | gauge | `owner` (every owner, as this node last read the lease store) |
+//! | `troubadour_cluster_entities_active` | gauge | |
+//! | `troubadour_cluster_lease_valid` | gauge | |
+//! | `troubadour_cluster_lease_left_seconds` | gauge | |
+//! | `troubadour_cluster_messages_waiting` | gauge | |
+//! | `troubadour_cluster_failovers_total` | counter | |
 
 use std::fmt::Write;
 use troubadour::{KindMetrics, RuntimeMetrics};
@@ -190,6 +213,125 @@ pub fn render(metrics: &RuntimeMetrics, format: Format, out: &mut String) {
     if format == Format::OpenMetrics {
         w.out.push_str("# EOF\n");
     }
+}
+
+/// Appends the remote layer's counters (see the module docs). With
+/// [`Format::OpenMetrics`], call it before [`render`], which ends the
+/// exposition.
+#[cfg(feature = "remote")]
+pub fn render_remote(stats: &troubadour_remote::RemoteStats, format: Format, out: &mut String) {
+    use troubadour_remote::RemoteStats;
+    let mut w = Writer { format, out };
+    let name = "troubadour_remote_frames_refused_total";
+    w.family(
+        name,
+        Kind::Counter,
+        "Frames from other nodes refused, by reason.",
+    );
+    for (reason, counter) in [
+        ("unknown_type", &stats.unknown_type),
+        ("undecodable", &stats.undecodable),
+        ("no_such_actor", &stats.no_such_actor),
+        ("mailbox_full", &stats.mailbox_full),
+        ("unknown_channel", &stats.unknown_channel),
+    ] {
+        w.sample(name, &[("reason", reason)], RemoteStats::get(counter));
+    }
+    for (name, help, counter) in [
+        (
+            "troubadour_remote_connections_lost_total",
+            "Connections to other nodes lost, for any reason.",
+            &stats.connections_lost,
+        ),
+        (
+            "troubadour_remote_framing_errors_total",
+            "Connections closed for a framing error.",
+            &stats.framing_errors,
+        ),
+        (
+            "troubadour_remote_handshakes_refused_total",
+            "Incoming connections refused in TLS or the handshake.",
+            &stats.handshakes_refused,
+        ),
+    ] {
+        w.family(name, Kind::Counter, help);
+        w.sample(name, &[], RemoteStats::get(counter));
+    }
+}
+
+/// Appends a cluster node's view (see the module docs). With
+/// [`Format::OpenMetrics`], call it before [`render`], which ends the
+/// exposition.
+#[cfg(feature = "cluster")]
+pub fn render_cluster(
+    status: &troubadour_cluster::ClusterStatus,
+    format: Format,
+    out: &mut String,
+) {
+    let mut w = Writer { format, out };
+    let node = status.node.as_str();
+    let gauges = [
+        (
+            "troubadour_cluster_members",
+            "Members this node sees up, itself included.",
+            status.members.len() as u64,
+        ),
+        (
+            "troubadour_cluster_shards",
+            "Shards this node hosts.",
+            status.shards.len() as u64,
+        ),
+        (
+            "troubadour_cluster_entities_active",
+            "Virtual actors active (or passivating) on this node.",
+            status.entities as u64,
+        ),
+        (
+            "troubadour_cluster_lease_valid",
+            "1 while this node's lease is valid (it hosts shards only then).",
+            u64::from(status.lease_valid),
+        ),
+        (
+            "troubadour_cluster_messages_waiting",
+            "Messages waiting for their shard's owner to be known.",
+            status.waiting as u64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        w.family(name, Kind::Gauge, help);
+        w.sample(name, &[("node", node)], value);
+    }
+    let name = "troubadour_cluster_lease_left_seconds";
+    w.family(
+        name,
+        Kind::Gauge,
+        "Time left on this node's lease by its own clock (0 without one).",
+    );
+    w.sample_f64(
+        name,
+        &[("node", node)],
+        status.lease_left_ms.unwrap_or(0) as f64 / 1e3,
+    );
+    let name = "troubadour_cluster_shards_owned";
+    w.family(
+        name,
+        Kind::Gauge,
+        "Shards each owner holds, as this node last read the lease store.",
+    );
+    for owner in &status.owners {
+        w.sample(
+            name,
+            &[("node", node), ("owner", owner.node.as_str())],
+            owner.shards as u64,
+        );
+    }
+    let name = "troubadour_cluster_failovers_total";
+    w.family(
+        name,
+        Kind::Counter,
+        "Shards this node took over from lost nodes.",
+    );
+    w.sample(name, &[("node", node)], status.failovers);
 }
 
 #[derive(Clone, Copy)]

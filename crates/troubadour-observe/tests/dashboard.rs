@@ -347,3 +347,89 @@ async fn without_observe_the_system_wide_figures_are_still_served() {
     assert_eq!(overview["observing"], false);
     r.observer.close();
 }
+
+/// The remote layer's and the cluster's families parse as Prometheus text
+/// too, with the values they were given.
+#[cfg(all(feature = "remote", feature = "cluster"))]
+#[test]
+fn remote_and_cluster_families_parse_as_prometheus_text() {
+    use std::sync::atomic::Ordering;
+    use troubadour_observe::prometheus::{render_cluster, render_remote, Format};
+    let stats = troubadour_remote::RemoteStats::default();
+    stats.undecodable.store(2, Ordering::Relaxed);
+    stats.connections_lost.store(5, Ordering::Relaxed);
+    let status = troubadour_cluster::ClusterStatus {
+        node: "node1".into(),
+        incarnation: 7,
+        lease_valid: true,
+        lease_left_ms: Some(2_500),
+        leaving: false,
+        members: vec!["node1".into(), "node2".into()],
+        members_with_lease: vec!["node2".into()],
+        shards: vec![troubadour_cluster::ShardStatus { shard: 3, epoch: 1 }],
+        entities: 12,
+        waiting: 0,
+        balanced: true,
+        failovers: 4,
+        owners: vec![
+            troubadour_cluster::OwnerStatus {
+                node: "node1".into(),
+                incarnation: 7,
+                shards: 1,
+                lease_valid: true,
+            },
+            troubadour_cluster::OwnerStatus {
+                node: "node2".into(),
+                incarnation: 9,
+                shards: 63,
+                lease_valid: true,
+            },
+        ],
+    };
+    let mut text = String::new();
+    render_remote(&stats, Format::Text, &mut text);
+    render_cluster(&status, Format::Text, &mut text);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("parses as Prometheus text");
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{name}: untyped {other:?}"),
+            })
+            .unwrap_or_else(|| panic!("{name} {labels:?} missing in:\n{text}"))
+    };
+    assert_eq!(
+        value(
+            "troubadour_remote_frames_refused_total",
+            &[("reason", "undecodable")]
+        ),
+        2.0
+    );
+    assert_eq!(value("troubadour_remote_connections_lost_total", &[]), 5.0);
+    assert_eq!(
+        value("troubadour_cluster_members", &[("node", "node1")]),
+        2.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_shards_owned",
+            &[("node", "node1"), ("owner", "node2")]
+        ),
+        63.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_lease_left_seconds",
+            &[("node", "node1")]
+        ),
+        2.5
+    );
+    assert_eq!(
+        value("troubadour_cluster_failovers_total", &[("node", "node1")]),
+        4.0
+    );
+}

@@ -91,7 +91,7 @@ pub(crate) struct Shared {
     pub config: Config,
     pub encoders: Encoders,
     pub actor_types: HashMap<TypeId, ExportActorFn>,
-    pub stats: RemoteStats,
+    pub stats: Arc<RemoteStats>,
     pub listen_addr: Option<SocketAddr>,
     /// This node's name and listen address as references carry them.
     wire_name: String,
@@ -599,7 +599,7 @@ impl RemoteBuilder {
             config: self.config,
             encoders: self.encoders,
             actor_types: self.actor_types,
-            stats: RemoteStats::default(),
+            stats: Arc::default(),
             listen_addr: local_addr,
             wire_name: system.node().name().to_string(),
             wire_address: local_addr.map(|a| a.to_string()),
@@ -713,6 +713,12 @@ impl Remote {
     /// The refusal and loss counters.
     pub fn stats(&self) -> &RemoteStats {
         &self.shared.stats
+    }
+
+    /// The same counters, shared, for an exporter that outlives a borrow
+    /// (`troubadour_observe::Observer::with_remote`).
+    pub fn shared_stats(&self) -> Arc<RemoteStats> {
+        self.shared.stats.clone()
     }
 
     /// Makes `actor` reachable from other nodes under `name`, for the
