@@ -259,27 +259,33 @@ impl Node {
             .local_addr()
             .ok_or_else(|| NodeError::Remote("no listen address".into()))?;
 
-        let behind = match &config.state_store {
-            StoreLocation::Sqlite(path) => WriteBehind::start(
-                SqliteStore::open(path).map_err(|e| {
+        let (behind, store_stats) = match &config.state_store {
+            StoreLocation::Sqlite(path) => {
+                let store = SqliteStore::open(path).map_err(|e| {
                     NodeError::Store(format!(
                         "cannot open the state store {}: {e}",
                         path.display()
                     ))
-                })?,
-                config.flush_every,
-                system.tokio_handle(),
-            ),
-            StoreLocation::Postgres(url) => WriteBehind::start(
-                PostgresStore::connect(url).await.map_err(|e| {
+                })?;
+                let stats = store.stats();
+                (
+                    WriteBehind::start(store, config.flush_every, system.tokio_handle()),
+                    stats,
+                )
+            }
+            StoreLocation::Postgres(url) => {
+                let store = PostgresStore::connect(url).await.map_err(|e| {
                     NodeError::Store(format!(
                         "cannot reach the state store {}: {e}",
                         config.state_store
                     ))
-                })?,
-                config.flush_every,
-                system.tokio_handle(),
-            ),
+                })?;
+                let stats = store.stats();
+                (
+                    WriteBehind::start(store, config.flush_every, system.tokio_handle()),
+                    stats,
+                )
+            }
         };
         let leases: Arc<dyn LeaseStore> = match &config.lease_store {
             StoreLocation::Sqlite(path) => {
@@ -394,7 +400,8 @@ impl Node {
         )));
         let observer = Observer::new(system.handle())
             .with_remote(remote.shared_stats())
-            .with_cluster(cluster.clone());
+            .with_cluster(cluster.clone())
+            .with_store(store_stats);
         let (mounted, dashboard) =
             app::start_dashboard(&observer, config.dashboard, http, &mut tasks)
                 .await

@@ -246,6 +246,7 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
         "troubadour_cluster_members{node=\"node1\"} 3",
         "troubadour_cluster_lease_valid{node=\"node1\"} 1",
         "troubadour_remote_handshakes_refused_total 0",
+        "troubadour_persistence_failed_commits_total{store=\"sqlite\"} 0",
     ] {
         assert!(metrics.contains(line), "no `{line}` in:\n{metrics}");
     }

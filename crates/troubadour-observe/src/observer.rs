@@ -85,6 +85,8 @@ pub(crate) struct Shared {
     remote: std::sync::OnceLock<Arc<troubadour_remote::RemoteStats>>,
     #[cfg(feature = "cluster")]
     cluster: std::sync::OnceLock<troubadour_cluster::Cluster>,
+    #[cfg(feature = "persistence")]
+    stores: Mutex<Vec<Arc<troubadour_persistence::StoreStats>>>,
 }
 
 #[derive(Default)]
@@ -341,6 +343,8 @@ impl Observer {
             remote: std::sync::OnceLock::new(),
             #[cfg(feature = "cluster")]
             cluster: std::sync::OnceLock::new(),
+            #[cfg(feature = "persistence")]
+            stores: Mutex::new(Vec::new()),
         });
         let runtime = system.tokio_handle().clone();
         runtime.spawn(sample_while_watched(Arc::downgrade(&shared)));
@@ -371,8 +375,17 @@ impl Observer {
         self
     }
 
+    /// Adds a persistence store's counters to the metrics (events, group
+    /// commits and their sizes, write latency):
+    /// `observer.with_store(store.stats())`. Several stores may be added.
+    #[cfg(feature = "persistence")]
+    pub fn with_store(self, stats: Arc<troubadour_persistence::StoreStats>) -> Observer {
+        lock(&self.shared.stores).push(stats);
+        self
+    }
+
     /// The system's figures in a Prometheus exposition format, with the
-    /// remote layer's and the cluster's when given.
+    /// remote layer's, the cluster's and the stores' when given.
     pub async fn render_metrics(&self, format: Format) -> String {
         let mut out = String::new();
         #[cfg(feature = "remote")]
@@ -384,6 +397,13 @@ impl Observer {
             if let Ok(status) = cluster.status().await {
                 prometheus::render_cluster(&status, format, &mut out);
             }
+        }
+        #[cfg(feature = "persistence")]
+        {
+            let stores = lock(&self.shared.stores).clone();
+            let stores: Vec<&troubadour_persistence::StoreStats> =
+                stores.iter().map(|s| &**s).collect();
+            prometheus::render_stores(&stores, format, &mut out);
         }
         prometheus::render(&self.shared.system.metrics(), format, &mut out);
         out

@@ -45,6 +45,18 @@
 //! | `troubadour_cluster_lease_left_seconds` | gauge | |
 //! | `troubadour_cluster_messages_waiting` | gauge | |
 //! | `troubadour_cluster_failovers_total` | counter | |
+//!
+//! With persistence stores (feature `persistence`, [`render_stores`]),
+//! labelled `store` (`sqlite`, `postgres`):
+//!
+//! | family | type |
+//! |---|---|
+//! | `troubadour_persistence_events_total` | counter |
+//! | `troubadour_persistence_commits_total` | counter |
+//! | `troubadour_persistence_failed_commits_total` | counter |
+//! | `troubadour_persistence_refused_writes_total` | counter |
+//! | `troubadour_persistence_batch_writes` | histogram (writes per group commit) |
+//! | `troubadour_persistence_write_seconds` | histogram (from a write's call to its answer: what `persist` waits) |
 
 use std::fmt::Write;
 use troubadour::{KindMetrics, RuntimeMetrics};
@@ -334,6 +346,74 @@ pub fn render_cluster(
     w.sample(name, &[("node", node)], status.failovers);
 }
 
+/// Appends persistence stores' counters (see the module docs), each
+/// family once with a sample per store. With [`Format::OpenMetrics`], call
+/// it before [`render`], which ends the exposition.
+#[cfg(feature = "persistence")]
+pub fn render_stores(
+    stores: &[&troubadour_persistence::StoreStats],
+    format: Format,
+    out: &mut String,
+) {
+    use troubadour_persistence::StoreStats;
+    if stores.is_empty() {
+        return;
+    }
+    let mut w = Writer { format, out };
+    type Counter = fn(&StoreStats) -> &std::sync::atomic::AtomicU64;
+    let counters: [(&str, &str, Counter); 4] = [
+        (
+            "troubadour_persistence_events_total",
+            "Events appended by committed transactions.",
+            |s| &s.events,
+        ),
+        (
+            "troubadour_persistence_commits_total",
+            "Transactions committed (each a group commit of one or more writes).",
+            |s| &s.commits,
+        ),
+        (
+            "troubadour_persistence_failed_commits_total",
+            "Transactions that failed; their writes were answered with the error.",
+            |s| &s.failed_commits,
+        ),
+        (
+            "troubadour_persistence_refused_writes_total",
+            "Writes refused by the journal's rules (stale epoch, sequence conflict).",
+            |s| &s.refused,
+        ),
+    ];
+    for (name, help, counter) in counters {
+        w.family(name, Kind::Counter, help);
+        for s in stores {
+            w.sample(name, &[("store", s.store)], StoreStats::get(counter(s)));
+        }
+    }
+    let name = "troubadour_persistence_batch_writes";
+    w.histogram_family(name, "Writes per committed transaction (group commit).");
+    for s in stores {
+        w.histogram(
+            name,
+            &[("store", s.store)],
+            &s.batch_sizes.cumulative(),
+            s.batch_sizes.sum(),
+        );
+    }
+    let name = "troubadour_persistence_write_seconds";
+    w.histogram_family(
+        name,
+        "Time from a write's call to its answer: what persist waits.",
+    );
+    for s in stores {
+        w.histogram(
+            name,
+            &[("store", s.store)],
+            &s.write_seconds.cumulative(),
+            s.write_seconds.sum(),
+        );
+    }
+}
+
 #[derive(Clone, Copy)]
 enum Kind {
     Counter,
@@ -383,6 +463,33 @@ impl Writer<'_> {
     fn sample_f64(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
         self.labels(name, labels);
         let _ = writeln!(self.out, " {value:.3}");
+    }
+
+    #[cfg_attr(not(feature = "persistence"), allow(dead_code))]
+    fn histogram_family(&mut self, name: &str, help: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {}", escape_help(help));
+        let _ = writeln!(self.out, "# TYPE {name} histogram");
+    }
+
+    /// One histogram's samples: cumulative `(upper bound, count)` pairs
+    /// ending with `+Inf`, and the sum.
+    #[cfg_attr(not(feature = "persistence"), allow(dead_code))]
+    fn histogram(&mut self, name: &str, labels: &[(&str, &str)], buckets: &[(f64, u64)], sum: f64) {
+        let bucket = format!("{name}_bucket");
+        for (le, count) in buckets {
+            let le = if le.is_infinite() {
+                "+Inf".to_string()
+            } else {
+                format!("{le}")
+            };
+            let mut with_le: Vec<(&str, &str)> = labels.to_vec();
+            with_le.push(("le", &le));
+            self.sample(&bucket, &with_le, *count);
+        }
+        let count = buckets.last().map_or(0, |(_, n)| *n);
+        self.sample(&format!("{name}_count"), labels, count);
+        self.labels(&format!("{name}_sum"), labels);
+        let _ = writeln!(self.out, " {sum}");
     }
 }
 

@@ -433,3 +433,87 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         4.0
     );
 }
+
+/// A store's counters after real writes: events and group commits
+/// counted, write latency and batch sizes as Prometheus histograms that
+/// parse, a refused write counted as refused.
+#[cfg(feature = "persistence")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stores_writes_are_counted_and_parse_as_prometheus_histograms() {
+    use troubadour_observe::prometheus::{render_stores, Format};
+    use troubadour_persistence::{Append, Journal, SqliteStore, StoredEvent};
+    let dir = std::env::temp_dir().join(format!("troubadour-observe-store-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let store = SqliteStore::open(dir.join("journal.db")).unwrap();
+    let event = |n: u8| StoredEvent {
+        type_name: "test.Added".into(),
+        version: 1,
+        codec: "postcard".into(),
+        payload: vec![n],
+    };
+    store.fence("cart-1", 1).await.unwrap();
+    for seq in 1..=3u64 {
+        store
+            .append(Append {
+                persistence_id: "cart-1".into(),
+                epoch: 1,
+                first_sequence: seq * 2 - 1,
+                events: vec![event(1), event(2)],
+            })
+            .await
+            .unwrap();
+    }
+    // A stale writer is refused by the journal's rules.
+    let stale = store
+        .append(Append {
+            persistence_id: "cart-1".into(),
+            epoch: 0,
+            first_sequence: 7,
+            events: vec![event(3)],
+        })
+        .await;
+    assert!(stale.is_err());
+    let stats = store.stats();
+    let mut text = String::new();
+    render_stores(&[&stats], Format::Text, &mut text);
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("parses as Prometheus text");
+    let counter = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && s.labels.get("store") == Some("sqlite"))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) => v,
+                ref other => panic!("{name} is {other:?}, not a counter"),
+            })
+            .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
+    };
+    assert_eq!(counter("troubadour_persistence_events_total"), 6.0);
+    assert_eq!(counter("troubadour_persistence_refused_writes_total"), 1.0);
+    assert!(counter("troubadour_persistence_commits_total") >= 1.0);
+    let histogram = |name: &str| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name)
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Histogram(buckets) => buckets.clone(),
+                other => panic!("{name} is {other:?}, not a histogram"),
+            })
+            .unwrap_or_else(|| panic!("{name} missing in:\n{text}"))
+    };
+    let latency = histogram("troubadour_persistence_write_seconds");
+    let all = latency.last().expect("an +Inf bucket");
+    assert!(all.less_than.is_infinite());
+    assert_eq!(
+        all.count, 5.0,
+        "the fence, three appends and the refused one"
+    );
+    let batches = histogram("troubadour_persistence_batch_writes");
+    assert!(
+        batches.windows(2).all(|w| w[0].count <= w[1].count),
+        "cumulative"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

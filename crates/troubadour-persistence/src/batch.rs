@@ -17,6 +17,25 @@ pub(crate) fn is_refusal(e: &JournalError) -> bool {
     )
 }
 
+/// Events kept by a committed batch: those of the writes that were not
+/// refused (`answers` are in the batch's order, one per write).
+pub(crate) fn events_kept(events_per_write: &[u64], answers: &[Pending]) -> u64 {
+    events_per_write
+        .iter()
+        .zip(answers)
+        .filter(|(_, a)| a.error().is_none())
+        .map(|(n, _)| n)
+        .sum()
+}
+
+/// Writes of a batch refused by the journal's rules.
+pub(crate) fn refusals(answers: &[Pending]) -> u64 {
+    answers
+        .iter()
+        .filter(|a| a.error().is_some_and(is_refusal))
+        .count() as u64
+}
+
 /// An answer held until the transaction's commit decides it.
 pub(crate) enum Pending {
     Fence(Reply<Fenced>, Result<Fenced, JournalError>),

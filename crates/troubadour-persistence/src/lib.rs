@@ -33,6 +33,7 @@ mod postgres;
 mod reliable;
 mod reminders;
 mod sqlite;
+pub mod stats;
 pub mod store;
 mod write_behind;
 
@@ -47,5 +48,6 @@ pub use reliable::{
 };
 pub use reminders::{ActorReminders, Reminder, ReminderRecord, ReminderStore, Reminders};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use stats::StoreStats;
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
 pub use write_behind::{Durable, StateStore, WriteBehind};

@@ -20,15 +20,17 @@
 //! `DISTINCT ON` for snapshots), up to four batches at once on pooled
 //! connections.
 
-use crate::batch::{Pending, Reply};
+use crate::batch::{events_kept, refusals, Pending, Reply};
 use crate::error::JournalError;
 use crate::event::StoredEvent;
+use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
 use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
@@ -95,6 +97,7 @@ pub struct PostgresStore {
     runtime: tokio::runtime::Handle,
     writes: mpsc::UnboundedSender<Write>,
     reads: mpsc::UnboundedSender<(Read, Reply<Answer>)>,
+    stats: Arc<StoreStats>,
 }
 
 /// A recovery read, batched with the others waiting (1,000 actors
@@ -171,7 +174,8 @@ impl PostgresStore {
         drop(client);
         let runtime = tokio::runtime::Handle::current();
         let (writes, queue) = mpsc::unbounded_channel();
-        runtime.spawn(write_loop(pool.clone(), queue));
+        let stats = Arc::new(StoreStats::new("postgres"));
+        runtime.spawn(write_loop(pool.clone(), queue, stats.clone()));
         let (reads, read_queue) = mpsc::unbounded_channel();
         runtime.spawn(read_loop(pool.clone(), read_queue));
         Ok(PostgresStore {
@@ -179,23 +183,34 @@ impl PostgresStore {
             runtime,
             writes,
             reads,
+            stats,
         })
+    }
+
+    /// The writer's counters: events, group commits and their sizes, how
+    /// long writes wait to be durable.
+    pub fn stats(&self) -> Arc<StoreStats> {
+        self.stats.clone()
     }
 
     fn write<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> Write) -> StoreFuture<'_, T> {
         let (tx, rx) = oneshot::channel();
+        let asked = std::time::Instant::now();
         let sent = self.writes.send(make(tx)).is_ok();
+        let stats = self.stats.clone();
         Box::pin(async move {
             if !sent {
                 return Err(JournalError::Unavailable(
                     "the PostgreSQL store's writer is gone".into(),
                 ));
             }
-            rx.await.unwrap_or_else(|_| {
+            let answered = rx.await.unwrap_or_else(|_| {
                 Err(JournalError::Unavailable(
                     "the PostgreSQL store's writer stopped before answering".into(),
                 ))
-            })
+            });
+            stats.answered(asked.elapsed());
+            answered
         })
     }
 
@@ -434,12 +449,26 @@ async fn read_batch(pool: &Pool, reads: Vec<(Read, Reply<Answer>)>) {
     }
 }
 
-async fn write_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<Write>) {
+async fn write_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<Write>, stats: Arc<StoreStats>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
         let mut answers = Vec::with_capacity(batch.len());
+        let writes = batch.len();
+        let events: Vec<u64> = batch
+            .iter()
+            .map(|w| match w {
+                Write::Append(a, _) => a.events.len() as u64,
+                _ => 0,
+            })
+            .collect();
         let outcome = run_batch(&pool, &mut batch, &mut answers).await;
         let failed = outcome.err();
+        stats.transaction(
+            writes,
+            events_kept(&events, &answers),
+            refusals(&answers),
+            failed.is_none(),
+        );
         for write in batch.drain(..) {
             write.refuse(
                 failed

@@ -19,9 +19,10 @@
 //! loss. [`Synchronous::Normal`] survives a crash of the process but may
 //! lose the last commits on a power loss.
 
-use crate::batch::{is_refusal, Pending, Reply};
+use crate::batch::{events_kept, is_refusal, refusals, Pending, Reply};
 use crate::error::JournalError;
 use crate::event::StoredEvent;
+use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
@@ -142,6 +143,7 @@ struct Channels {
     /// Dropped with the last clone: the checkpointer stops.
     _checkpoints: Sender<()>,
     path: PathBuf,
+    stats: Arc<StoreStats>,
 }
 
 enum Write {
@@ -209,9 +211,11 @@ impl SqliteStore {
         let (writes, write_queue) = crossbeam_channel::unbounded();
         let (reads, read_queue) = crossbeam_channel::unbounded();
         let max_batch = options.max_batch.max(1);
+        let stats = Arc::new(StoreStats::new("sqlite"));
+        let counted = stats.clone();
         std::thread::Builder::new()
             .name("troubadour-sqlite-writer".into())
-            .spawn(move || write_loop(writer, write_queue, max_batch))
+            .spawn(move || write_loop(writer, write_queue, max_batch, &counted))
             .map_err(|e| JournalError::Unavailable(format!("cannot start the writer: {e}")))?;
         let checkpointer = Connection::open(&path)
             .and_then(|c| c.busy_timeout(options.busy_timeout).map(|_| c))
@@ -242,8 +246,15 @@ impl SqliteStore {
                 reads,
                 _checkpoints: checkpoints,
                 path,
+                stats,
             }),
         })
+    }
+
+    /// The writer's counters: events, group commits and their sizes, how
+    /// long writes wait to be durable.
+    pub fn stats(&self) -> Arc<StoreStats> {
+        self.inner.stats.clone()
     }
 
     /// The database file.
@@ -264,8 +275,14 @@ impl SqliteStore {
 
     fn write<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> Write) -> StoreFuture<'_, T> {
         let (tx, rx) = oneshot::channel();
+        let asked = std::time::Instant::now();
         let sent = self.inner.writes.send(make(tx)).is_ok();
-        Box::pin(answer(sent, rx))
+        let stats = self.inner.stats.clone();
+        Box::pin(async move {
+            let answered = answer(sent, rx).await;
+            stats.answered(asked.elapsed());
+            answered
+        })
     }
 
     fn read<T: Send + 'static>(&self, make: impl FnOnce(Reply<T>) -> Read) -> StoreFuture<'_, T> {
@@ -334,7 +351,18 @@ impl SnapshotStore for SqliteStore {
     }
 }
 
-fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
+/// Events each write of the batch carries.
+fn events_in(batch: &[Write]) -> Vec<u64> {
+    batch
+        .iter()
+        .map(|w| match w {
+            Write::Append(a, _) => a.events.len() as u64,
+            _ => 0,
+        })
+        .collect()
+}
+
+fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize, stats: &StoreStats) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut known = Known::default();
     while let Ok(first) = queue.recv() {
@@ -346,6 +374,7 @@ fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
             }
         }
         let mut answers = Vec::with_capacity(batch.len());
+        let (writes, events) = (batch.len(), events_in(&batch));
         let outcome = (|| -> Result<(), JournalError> {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -370,6 +399,12 @@ fn write_loop(mut conn: Connection, queue: Receiver<Write>, max_batch: usize) {
             // What the cache learnt from the batch was rolled back.
             known.forget();
         }
+        stats.transaction(
+            writes,
+            events_kept(&events, &answers),
+            refusals(&answers),
+            failed.is_none(),
+        );
         // Writes not reached before a failure are answered too.
         for write in batch.drain(..) {
             refuse(
