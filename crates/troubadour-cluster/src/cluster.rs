@@ -573,6 +573,12 @@ impl Cluster {
             waiting: s.waiting,
             balanced: s.balanced,
             failovers: s.failovers,
+            activations: s.counts.activations,
+            passivations: s.counts.passivations,
+            lease_renewals: s.counts.renewals,
+            lease_renewal_failures: s.counts.renewal_failures,
+            lease_renewal_micros_total: s.counts.renewal_micros_total,
+            last_lease_renewal_micros: s.counts.last_renewal_micros,
             owners: s
                 .owners
                 .into_iter()
@@ -619,6 +625,21 @@ pub struct ClusterStatus {
     /// handed them over nor stayed live) since it started: each is a
     /// failover.
     pub failovers: u64,
+    /// Entities started here since the node started (a first message, or
+    /// one after a passivation or a move).
+    pub activations: u64,
+    /// Entities stopped here for being idle (or to make room).
+    pub passivations: u64,
+    /// Lease renewals the store accepted.
+    pub lease_renewals: u64,
+    /// Lease renewals refused (lease lost) or failed (store unreachable).
+    pub lease_renewal_failures: u64,
+    /// Time from sending each renewal to its answer (with the store read
+    /// that follows it), summed, in microseconds: with `lease_renewals`
+    /// and `lease_renewal_failures`, the mean.
+    pub lease_renewal_micros_total: u64,
+    /// The latest renewal's time, in microseconds.
+    pub last_lease_renewal_micros: Option<u64>,
     /// Every node that owns shards, as the lease store said at this
     /// node's latest read (so at most a lease-check interval old): the
     /// cluster's shards per node, seen from any node.

@@ -221,6 +221,8 @@ pub(crate) struct Region {
     balanced: bool,
     /// Shards taken over from lost nodes.
     failovers: u64,
+    /// Counters for operators (`ClusterStatus`).
+    counts: RegionCounts,
     /// Where this region last sent each shard's messages, with an entity
     /// of the shard (a flush down that path is routed by its id).
     sent_to: HashMap<ShardId, (Target, String)>,
@@ -309,6 +311,24 @@ pub(crate) struct RegionStatus {
     /// From the latest store view: each owner with its shard count and
     /// whether its lease was valid.
     pub owners: Vec<(NodeKey, usize, bool)>,
+    pub counts: RegionCounts,
+}
+
+/// What a region counts for operators, since it started.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct RegionCounts {
+    /// Entities started (first message, or again after passivation).
+    pub activations: u64,
+    /// Entities stopped for being idle (or to make room).
+    pub passivations: u64,
+    /// Lease renewals the store accepted, and refused or failed.
+    pub renewals: u64,
+    pub renewal_failures: u64,
+    /// Time from sending each renewal to its answer (with the view read
+    /// after it), summed, and the latest, in microseconds on the system's
+    /// clock.
+    pub renewal_micros_total: u64,
+    pub last_renewal_micros: Option<u64>,
 }
 
 /// Read the store again for the shards messages wait on.
@@ -357,6 +377,7 @@ impl Region {
             left: false,
             balanced: false,
             failovers: 0,
+            counts: RegionCounts::default(),
             sent_to: HashMap::new(),
             departure: None,
             leaving_nodes: BTreeSet::new(),
@@ -455,6 +476,14 @@ impl Region {
     ) {
         self.renewing = false;
         let now = ctx.now();
+        let took = now.saturating_duration_since(sent_at).as_micros() as u64;
+        self.counts.renewal_micros_total += took;
+        self.counts.last_renewal_micros = Some(took);
+        if renewed.is_ok() {
+            self.counts.renewals += 1;
+        } else {
+            self.counts.renewal_failures += 1;
+        }
         match renewed {
             Ok(()) => {
                 if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
@@ -676,6 +705,7 @@ impl Region {
             };
             match make(ctx, id, at) {
                 Ok(entity) => {
+                    self.counts.activations += 1;
                     tracing::info!(target: "troubadour::cluster", kind, shard = shard.get(), "singleton started");
                     let now = ctx.now();
                     if let Some(hosted) = self.hosted.get_mut(&shard) {
@@ -1151,6 +1181,7 @@ impl Region {
                 self.make_room(ctx);
                 match make(ctx, &p.routed.id, at) {
                     Ok(entity) => {
+                        self.counts.activations += 1;
                         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
                         hosted.entities.insert(
                             key.clone(),
@@ -1307,6 +1338,7 @@ impl Region {
         let Some(Slot::Stopping(queue)) = hosted.entities.remove(&key) else {
             return;
         };
+        self.counts.passivations += 1;
         // What waited makes the next activation, in order.
         for p in queue {
             self.route(p, ctx);
@@ -1351,6 +1383,7 @@ impl Region {
             waiting: self.waiting_len,
             balanced: self.balanced && self.in_flight.is_empty(),
             failovers: self.failovers,
+            counts: self.counts,
             owners: self.view.as_ref().map_or_else(Vec::new, |view| {
                 let mut owners: BTreeMap<&NodeKey, usize> = BTreeMap::new();
                 for owner in view.assignments.iter().filter_map(|a| a.owner.as_ref()) {

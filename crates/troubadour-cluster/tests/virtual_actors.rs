@@ -595,6 +595,19 @@ fn an_idle_entity_is_passivated_and_made_again_on_its_next_message() {
         // The next message makes it again, from its factory.
         assert_eq!(net.block_on(e.ask(Add(1)).timeout(30 * S)), Ok(1));
         assert_eq!(made(&t, "sleepy"), 2);
+        // Operators see it in the owner's status: two activations, one
+        // passivation, and leases renewed all along.
+        let statuses: Vec<_> = t
+            .clusters
+            .iter()
+            .map(|c| net.block_on(c.status()).unwrap())
+            .collect();
+        let activations: u64 = statuses.iter().map(|s| s.activations).sum();
+        let passivations: u64 = statuses.iter().map(|s| s.passivations).sum();
+        assert_eq!((activations, passivations), (2, 1), "{statuses:?}");
+        assert!(statuses
+            .iter()
+            .all(|s| s.lease_renewals > 0 && s.lease_renewal_failures == 0));
     });
 }
 

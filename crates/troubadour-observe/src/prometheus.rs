@@ -45,6 +45,10 @@
 //! | `troubadour_cluster_lease_left_seconds` | gauge | |
 //! | `troubadour_cluster_messages_waiting` | gauge | |
 //! | `troubadour_cluster_failovers_total` | counter | |
+//! | `troubadour_cluster_activations_total`, `troubadour_cluster_passivations_total` | counter | |
+//! | `troubadour_cluster_lease_renewals_total` | counter | `outcome` (`accepted`, `failed`) |
+//! | `troubadour_cluster_lease_renewal_seconds_total` | counter | (summed; over the renewals, the mean) |
+//! | `troubadour_cluster_lease_renewal_last_seconds` | gauge | |
 //!
 //! With persistence stores (feature `persistence`, [`render_stores`]),
 //! labelled `store` (`sqlite`, `postgres`):
@@ -337,13 +341,60 @@ pub fn render_cluster(
             owner.shards as u64,
         );
     }
-    let name = "troubadour_cluster_failovers_total";
+    for (name, help, value) in [
+        (
+            "troubadour_cluster_failovers_total",
+            "Shards this node took over from lost nodes.",
+            status.failovers,
+        ),
+        (
+            "troubadour_cluster_activations_total",
+            "Virtual actors started on this node (first message, or after a passivation or a move).",
+            status.activations,
+        ),
+        (
+            "troubadour_cluster_passivations_total",
+            "Virtual actors stopped on this node for being idle.",
+            status.passivations,
+        ),
+    ] {
+        w.family(name, Kind::Counter, help);
+        w.sample(name, &[("node", node)], value);
+    }
+    let name = "troubadour_cluster_lease_renewals_total";
     w.family(
         name,
         Kind::Counter,
-        "Shards this node took over from lost nodes.",
+        "Renewals of this node's lease, by outcome.",
     );
-    w.sample(name, &[("node", node)], status.failovers);
+    w.sample(
+        name,
+        &[("node", node), ("outcome", "accepted")],
+        status.lease_renewals,
+    );
+    w.sample(
+        name,
+        &[("node", node), ("outcome", "failed")],
+        status.lease_renewal_failures,
+    );
+    let name = "troubadour_cluster_lease_renewal_seconds_total";
+    w.family(
+        name,
+        Kind::Counter,
+        "Time renewals took (send to answer), summed: divided by the renewals, the mean.",
+    );
+    w.sample_f64(
+        name,
+        &[("node", node)],
+        status.lease_renewal_micros_total as f64 / 1e6,
+    );
+    let name = "troubadour_cluster_lease_renewal_last_seconds";
+    w.family(name, Kind::Gauge, "Time the latest renewal took.");
+    w.sample_f64(
+        name,
+        &[("node", node)],
+        status.last_lease_renewal_micros.unwrap_or(0) as f64 / 1e6,
+    );
 }
 
 /// Appends persistence stores' counters (see the module docs), each
@@ -462,7 +513,7 @@ impl Writer<'_> {
 
     fn sample_f64(&mut self, name: &str, labels: &[(&str, &str)], value: f64) {
         self.labels(name, labels);
-        let _ = writeln!(self.out, " {value:.3}");
+        let _ = writeln!(self.out, " {value:.6}");
     }
 
     #[cfg_attr(not(feature = "persistence"), allow(dead_code))]

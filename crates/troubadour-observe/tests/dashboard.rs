@@ -371,6 +371,12 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         waiting: 0,
         balanced: true,
         failovers: 4,
+        activations: 30,
+        passivations: 18,
+        lease_renewals: 100,
+        lease_renewal_failures: 1,
+        lease_renewal_micros_total: 250_000,
+        last_lease_renewal_micros: Some(1_500),
         owners: vec![
             troubadour_cluster::OwnerStatus {
                 node: "node1".into(),
@@ -431,6 +437,34 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
     assert_eq!(
         value("troubadour_cluster_failovers_total", &[("node", "node1")]),
         4.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_passivations_total",
+            &[("node", "node1")]
+        ),
+        18.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_lease_renewals_total",
+            &[("node", "node1"), ("outcome", "failed")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_lease_renewal_seconds_total",
+            &[("node", "node1")]
+        ),
+        0.25
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_lease_renewal_last_seconds",
+            &[("node", "node1")]
+        ),
+        0.0015
     );
 }
 
