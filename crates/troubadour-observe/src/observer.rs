@@ -584,11 +584,22 @@ impl Shared {
                 .collect::<Vec<_>>()
         };
         let mut rated: Vec<(ActorSample, f64)> = samples.drain(..).zip(rates).collect();
-        rated.sort_by(|a, b| {
+        let busiest_first = |a: &(ActorSample, f64), b: &(ActorSample, f64)| {
             b.1.total_cmp(&a.1)
                 .then(b.0.messages_handled.cmp(&a.0.messages_handled))
                 .then(a.0.id.cmp(&b.0.id))
-        });
+        };
+        // A page of a million children: select the page's end in linear
+        // time, then sort only what is shown and what precedes it.
+        let end = offset.saturating_add(limit).min(rated.len());
+        if end == 0 {
+            return Vec::new();
+        }
+        if end < rated.len() {
+            rated.select_nth_unstable_by(end - 1, busiest_first);
+            rated.truncate(end);
+        }
+        rated.sort_by(busiest_first);
         rated
             .into_iter()
             .skip(offset)
