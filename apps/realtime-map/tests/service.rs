@@ -39,8 +39,15 @@ async fn eventually(what: &str, mut check: impl FnMut() -> bool) {
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    request(addr, "GET", path).await
+}
+
+/// One HTTP/1.1 request with an empty body; the status and the body.
+async fn request(addr: SocketAddr, method: &str, path: &str) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    );
     stream.write_all(request.as_bytes()).await.expect("send");
     let mut response = String::new();
     stream.read_to_string(&mut response).await.expect("read");
@@ -350,22 +357,6 @@ async fn a_failed_vehicle_is_restarted_by_the_fleet() {
     app.shutdown().await.expect("clean shutdown");
 }
 
-async fn post(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!(
-        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("read");
-    let status = response[9..12].parse().expect("status code");
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (status, body)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_runtime_dashboard_shows_the_fleet_its_vehicles_and_a_panicked_one() {
     let app = App::start(config()).await.expect("start");
@@ -413,7 +404,7 @@ async fn the_runtime_dashboard_shows_the_fleet_its_vehicles_and_a_panicked_one()
 
     // A vehicle made to panic is restarted by the fleet; the dashboard
     // shows the restart and why.
-    let (status, body) = post(addr, "/debug/panic?id=22/2").await;
+    let (status, body) = request(addr, "POST", "/debug/panic?id=22/2").await;
     assert_eq!(status, 202, "{body}");
     eventually("the fleet restarts it", || {
         m.vehicle_restarts.load(Relaxed) == 1
