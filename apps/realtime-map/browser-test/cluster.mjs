@@ -10,22 +10,10 @@
 // for the screenshots, default ../../../target/browser-test).
 
 import { chromium } from "playwright-core";
-import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
 import { createServer } from "node:net";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { artifacts, chromiumPath, failer, startService } from "./service.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const binary = resolve(process.argv[2] ?? `${here}/../../../target/release/realtime-map`);
-const artifacts = resolve(process.env.ARTIFACTS ?? `${here}/../../../target/browser-test`);
-const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
-mkdirSync(artifacts, { recursive: true });
-
-function fail(message) {
-  console.error(`cluster browser test FAILED: ${message}`);
-  process.exitCode = 1;
-}
+const fail = failer("cluster browser test");
 
 // A port free on 127.0.0.1 (in practice free on .2 and .3 too) for the
 // nodes to reach each other on.
@@ -36,30 +24,25 @@ const clusterPort = await new Promise((ok) => {
   });
 });
 
-const service = spawn(
-  binary,
+// node <n> pid <pid> http://<addr>:<port>, once per node.
+const { child: service, found } = startService(
   [
     "--cluster", "3", "--vehicles", "300",
     "--listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0",
     "--cluster-listen", `127.0.0.1:${clusterPort}`,
     "--lease", "3s", "--flush-every", "500ms", "--shards", "64", "--workers", "1",
   ],
-  { stdio: ["ignore", "pipe", "inherit"] },
+  (out) => {
+    const nodes = [...out.matchAll(/^node (\d+) pid (\d+) (http:\/\/\S+)$/gm)]
+      .map((m) => ({ name: `node${m[1]}`, pid: Number(m[2]), url: `${m[3]}/` }));
+    return nodes.length === 3 && nodes;
+  },
+  90,
+  "the cluster",
 );
 let browser;
 try {
-  // node <n> pid <pid> http://<addr>:<port>
-  const nodes = await new Promise((ok, err) => {
-    let out = "";
-    service.stdout.on("data", (d) => {
-      out += d;
-      const found = [...out.matchAll(/^node (\d+) pid (\d+) (http:\/\/\S+)$/gm)]
-        .map((m) => ({ name: `node${m[1]}`, pid: Number(m[2]), url: `${m[3]}/` }));
-      if (found.length === 3) ok(found);
-    });
-    service.on("exit", (code) => err(new Error(`the cluster exited (${code}) before its nodes served`)));
-    setTimeout(() => err(new Error("the nodes did not all serve within 90 s")), 90_000);
-  });
+  const nodes = await found;
   for (const n of nodes) console.log(`${n.name} pid ${n.pid} at ${n.url}`);
 
   browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });

@@ -11,40 +11,22 @@
 // for the screenshots, default ../../../target/browser-test).
 
 import { chromium } from "playwright-core";
-import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { artifacts, chromiumPath, failer, startService } from "./service.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const binary = resolve(process.argv[2] ?? `${here}/../../../target/release/realtime-map`);
-const artifacts = resolve(process.env.ARTIFACTS ?? `${here}/../../../target/browser-test`);
-const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
-mkdirSync(artifacts, { recursive: true });
+const fail = failer("dashboard browser test");
 
-function fail(message) {
-  console.error(`dashboard browser test FAILED: ${message}`);
-  process.exitCode = 1;
-}
-
-const service = spawn(
-  binary,
+const { child: service, found } = startService(
   ["--listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0", "--vehicles", "300", "--debug-faults"],
-  { stdio: ["ignore", "pipe", "inherit"] },
+  (out) => {
+    const site = out.match(/open (http:\/\/\S+\/)/);
+    const dashboard = out.match(/^dashboard (http:\/\/\S+)$/m);
+    return site && dashboard && { site: site[1], dashboard: dashboard[1] };
+  },
+  60,
 );
 let browser;
 try {
-  const { site, dashboard } = await new Promise((ok, err) => {
-    let out = "";
-    service.stdout.on("data", (d) => {
-      out += d;
-      const site = out.match(/open (http:\/\/\S+\/)/);
-      const dashboard = out.match(/^dashboard (http:\/\/\S+)$/m);
-      if (site && dashboard) ok({ site: site[1], dashboard: dashboard[1] });
-    });
-    service.on("exit", (code) => err(new Error(`the service exited (${code}) before printing its URLs`)));
-    setTimeout(() => err(new Error("the service printed no dashboard URL within 60 s")), 60_000);
-  });
+  const { site, dashboard } = await found;
   console.log(`dashboard at ${dashboard}`);
 
   browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });

@@ -8,39 +8,18 @@
 // for the screenshot, default ../../../target/browser-test).
 
 import { chromium } from "playwright-core";
-import { spawn } from "node:child_process";
-import { mkdirSync } from "node:fs";
-import { dirname, resolve } from "node:path";
-import { fileURLToPath } from "node:url";
+import { artifacts, chromiumPath, failer, startService } from "./service.mjs";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const binary = resolve(process.argv[2] ?? `${here}/../../../target/release/realtime-map`);
-const artifacts = resolve(process.env.ARTIFACTS ?? `${here}/../../../target/browser-test`);
-const chromiumPath = process.env.CHROMIUM ?? "/usr/bin/chromium";
-mkdirSync(artifacts, { recursive: true });
+const fail = failer("browser test");
 
-function fail(message) {
-  console.error(`browser test FAILED: ${message}`);
-  process.exitCode = 1;
-}
-
-const service = spawn(
-  binary,
+const { child: service, found } = startService(
   ["--listen", "127.0.0.1:0", "--broker-listen", "127.0.0.1:0", "--vehicles", "300"],
-  { stdio: ["ignore", "pipe", "inherit"] },
+  (out) => out.match(/open (http:\/\/\S+\/)/)?.[1],
+  60,
 );
 let browser;
 try {
-  const url = await new Promise((ok, err) => {
-    let out = "";
-    service.stdout.on("data", (d) => {
-      out += d;
-      const m = out.match(/open (http:\/\/\S+\/)/);
-      if (m) ok(m[1]);
-    });
-    service.on("exit", (code) => err(new Error(`the service exited (${code}) before printing its URL`)));
-    setTimeout(() => err(new Error("the service printed no URL within 60 s")), 60_000);
-  });
+  const url = await found;
   console.log(`service at ${url}`);
 
   browser = await chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] });
