@@ -101,7 +101,6 @@ struct State {
     previous_at: Option<Instant>,
     overview: Option<Arc<Overview>>,
     dead_letters: VecDeque<DeadLetterRow>,
-    dead_letters_seen: u64,
     /// The cluster as the sampler last asked (feature `cluster`).
     cluster: Option<ClusterPanel>,
 }
@@ -445,16 +444,20 @@ impl Observer {
         self.shared.touch();
         let mut groups: HashMap<&'static str, usize> = HashMap::new();
         let mut matching = Vec::new();
+        let mut total = 0;
         self.shared.system.for_each_actor(|a| {
             if a.parent != parent {
                 return;
             }
             *groups.entry(a.kind).or_default() += 1;
             if kind.is_none_or(|k| k == a.kind) {
-                matching.push(a);
+                total += 1;
+                // An empty page (the groups alone) copies no samples.
+                if limit > 0 {
+                    matching.push(a);
+                }
             }
         });
-        let total = matching.len();
         let rows = self.shared.rows(matching, offset, limit);
         let mut groups: Vec<Group> = groups
             .into_iter()
@@ -483,7 +486,7 @@ impl Observer {
             .rows(vec![details.sample], 0, 1)
             .pop()
             .expect("one sample makes one row");
-        let children = self.children(Some(id), Some(""), 0, 0).groups;
+        let children = self.children(Some(id), None, 0, 0).groups;
         let parent_label =
             details
                 .sample
@@ -843,7 +846,6 @@ async fn collect_dead_letters(shared: std::sync::Weak<Shared>) {
         let Some(s) = shared.upgrade() else { return };
         let letter = received.message();
         let mut state = lock(&s.state);
-        state.dead_letters_seen += 1;
         if state.dead_letters.len() >= keep {
             state.dead_letters.pop_front();
         }

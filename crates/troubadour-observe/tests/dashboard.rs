@@ -219,6 +219,9 @@ async fn the_dashboard_shows_the_tree_a_restart_with_its_reason_and_finds_by_nam
         "a page of two"
     );
     assert_eq!(paged["total"], 3);
+    let foreman = json(r.addr, &format!("/api/actor?id={foreman_serial}")).await;
+    assert_eq!(foreman["children"][0]["short"], "Worker", "{foreman}");
+    assert_eq!(foreman["children"][0]["count"], 3);
 
     // A worker panics; its supervisor restarts it.
     let victim = &r.workers[1];

@@ -90,7 +90,7 @@ impl ActorStats {
         self.depth.load(Ordering::Relaxed) != 0
     }
 
-    /// A stopped or drained actor queues nothing.
+    /// A drained actor queues nothing.
     pub(crate) fn clear_depth(&self) {
         self.depth.store(0, Ordering::Relaxed);
     }

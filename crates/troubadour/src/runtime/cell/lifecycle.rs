@@ -577,11 +577,8 @@ impl<A: Actor> ActorCell<A> {
                 bound.close();
             }
             self.drain_mailbox(DeadLetterReason::DiscardedAtStop);
-            if let Some(stats) = self.stats() {
-                stats.clear_depth();
-                if let Some(live) = self.system.live.as_ref() {
-                    live.remove(stats);
-                }
+            if let (Some(stats), Some(live)) = (self.stats(), self.system.live.as_ref()) {
+                live.remove(stats);
             }
             for w in watchers {
                 deliver_down(w, self.id, reason.clone());
