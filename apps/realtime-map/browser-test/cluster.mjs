@@ -111,6 +111,20 @@ try {
   );
   const rows = await dashboard.$$eval("#nodes tr", (rs) => rs.map((r) => r.textContent));
   console.log(`node1's dashboard, cluster panel: ${rows.join(" | ")}`);
+  // Its network panel: the survivor connected, the killed node not.
+  await dashboard.waitForFunction(
+    ({ alive, dead }) => {
+      const rows = [...document.querySelectorAll("#peers tr")];
+      const state = (name) => rows.find((r) => r.dataset.node === name)?.children[1].textContent ?? "";
+      return !document.getElementById("network").hidden
+        && state(alive).startsWith("connected (TLS)")
+        && !state(dead).startsWith("connected");
+    },
+    { alive: nodes[2].name, dead: victim.name },
+    { timeout: 60_000 },
+  );
+  const peers = await dashboard.$$eval("#peers tr", (rs) => rs.map((r) => r.textContent));
+  console.log(`node1's dashboard, network panel: ${peers.join(" | ")}`);
   await dashboard.screenshot({ path: `${artifacts}/dashboard-cluster.png` });
 
   if (pageErrors.length) fail(`errors in the page: ${pageErrors.join("; ")}`);

@@ -82,7 +82,7 @@ pub(crate) struct Shared {
     /// Wakes the sampler when a dashboard opens.
     wake: tokio::sync::Notify,
     #[cfg(feature = "remote")]
-    remote: std::sync::OnceLock<Arc<troubadour_remote::RemoteStats>>,
+    remote: std::sync::OnceLock<troubadour_remote::RemoteView>,
     #[cfg(feature = "cluster")]
     cluster: std::sync::OnceLock<troubadour_cluster::Cluster>,
     #[cfg(feature = "persistence")]
@@ -103,6 +103,10 @@ struct State {
     dead_letters: VecDeque<DeadLetterRow>,
     /// The cluster as the sampler last asked (feature `cluster`).
     cluster: Option<ClusterPanel>,
+    /// Per peer (name, incarnation): bytes sent and received at the
+    /// previous sample (feature `remote`).
+    #[cfg(feature = "remote")]
+    previous_traffic: HashMap<(String, u64), (u64, u64)>,
 }
 
 /// What the dashboard shows at the top, refreshed at each sample.
@@ -136,6 +140,55 @@ pub struct Overview {
     /// The cluster, when the observer was given one
     /// ([`Observer::with_cluster`], feature `cluster`).
     pub cluster: Option<ClusterPanel>,
+    /// The other nodes, when the observer was given the remote layer
+    /// ([`Observer::with_remote`], feature `remote`).
+    pub network: Option<NetworkPanel>,
+}
+
+/// The other nodes as this node's remote layer sees them, for the
+/// dashboard.
+#[derive(Clone, Debug, Serialize)]
+pub struct NetworkPanel {
+    /// Frames from other nodes refused, all reasons.
+    pub frames_refused: u64,
+    /// Connections lost, for any reason.
+    pub connections_lost: u64,
+    /// Incoming connections refused in TLS or the handshake.
+    pub handshakes_refused: u64,
+    /// Every node known, by name.
+    pub peers: Vec<PeerRow>,
+}
+
+/// One node in the [`NetworkPanel`].
+#[derive(Clone, Debug, Serialize)]
+pub struct PeerRow {
+    /// Its name.
+    pub node: String,
+    /// Its incarnation, in hex.
+    pub incarnation: String,
+    /// Where it listens, if known.
+    pub address: Option<String>,
+    /// `connected`, `connecting`, `waiting_for_node`, `disconnected` or
+    /// `down`.
+    pub state: &'static str,
+    /// Whether the connection is mutual TLS.
+    pub tls: bool,
+    /// Consecutive failed dials.
+    pub failed_attempts: u32,
+    /// Connections established with it.
+    pub connections: u64,
+    /// Totals since this node first heard of it.
+    pub bytes_sent: u64,
+    #[allow(missing_docs)]
+    pub bytes_received: u64,
+    #[allow(missing_docs)]
+    pub frames_sent: u64,
+    #[allow(missing_docs)]
+    pub frames_received: u64,
+    /// Bytes per second over the last interval.
+    pub sent_per_s: f64,
+    #[allow(missing_docs)]
+    pub received_per_s: f64,
 }
 
 /// A cluster as one node sees it, for the dashboard.
@@ -356,12 +409,13 @@ impl Observer {
         &self.shared.system
     }
 
-    /// Adds the remote layer's counters to the metrics (frames refused
-    /// by reason, connections lost, handshakes refused):
-    /// `observer.with_remote(remote.shared_stats())`.
+    /// Adds the remote layer to the metrics and the dashboard: per peer
+    /// its connection's state and the bytes and frames both ways; frames
+    /// refused by reason, connections lost, handshakes refused:
+    /// `observer.with_remote(remote.view())`.
     #[cfg(feature = "remote")]
-    pub fn with_remote(self, stats: Arc<troubadour_remote::RemoteStats>) -> Observer {
-        let _ = self.shared.remote.set(stats);
+    pub fn with_remote(self, remote: troubadour_remote::RemoteView) -> Observer {
+        let _ = self.shared.remote.set(remote);
         self
     }
 
@@ -388,8 +442,8 @@ impl Observer {
     pub async fn render_metrics(&self, format: Format) -> String {
         let mut out = String::new();
         #[cfg(feature = "remote")]
-        if let Some(stats) = self.shared.remote.get() {
-            prometheus::render_remote(stats, format, &mut out);
+        if let Some(remote) = self.shared.remote.get() {
+            prometheus::render_remote(remote.stats(), &remote.peers(), format, &mut out);
         }
         #[cfg(feature = "cluster")]
         if let Some(cluster) = self.shared.cluster.get() {
@@ -684,6 +738,13 @@ impl Shared {
         kinds.sort_by(|a, b| b.alive.cmp(&a.alive).then(a.kind.cmp(b.kind)));
         let recent_dead_letters = state.dead_letters.iter().rev().cloned().collect();
         let cluster = state.cluster.clone();
+        #[cfg(feature = "remote")]
+        let network = self
+            .remote
+            .get()
+            .map(|remote| network_panel(remote, &mut state.previous_traffic, elapsed));
+        #[cfg(not(feature = "remote"))]
+        let network = None;
         drop(state);
 
         let named: HashMap<ActorId, String> = if hot.is_empty() {
@@ -726,6 +787,7 @@ impl Shared {
             hottest_sampled,
             recent_dead_letters,
             cluster,
+            network,
         });
         lock(&self.state).overview = Some(overview.clone());
         if self.overviews.receiver_count() > 0 {
@@ -734,6 +796,64 @@ impl Shared {
             }
         }
         overview
+    }
+}
+
+/// The network panel, with each peer's byte rates since the previous
+/// sample (`elapsed` seconds ago).
+#[cfg(feature = "remote")]
+fn network_panel(
+    remote: &troubadour_remote::RemoteView,
+    previous: &mut HashMap<(String, u64), (u64, u64)>,
+    elapsed: Option<f64>,
+) -> NetworkPanel {
+    use troubadour_remote::RemoteStats;
+    let stats = remote.stats();
+    let mut now = HashMap::new();
+    let peers = remote
+        .peers()
+        .into_iter()
+        .map(|p| {
+            let key = (p.node.clone(), p.incarnation);
+            let rate = |before: Option<u64>, total: u64| match (elapsed, before) {
+                (Some(secs), Some(before)) => total.saturating_sub(before) as f64 / secs,
+                _ => 0.0,
+            };
+            let before = previous.get(&key);
+            let row = PeerRow {
+                incarnation: format!("{:#x}", p.incarnation),
+                address: p.address.map(|a| a.to_string()),
+                state: p.state.as_str(),
+                tls: p.tls,
+                failed_attempts: p.failed_attempts,
+                connections: p.connections,
+                sent_per_s: rate(before.map(|b| b.0), p.bytes_sent),
+                received_per_s: rate(before.map(|b| b.1), p.bytes_received),
+                bytes_sent: p.bytes_sent,
+                bytes_received: p.bytes_received,
+                frames_sent: p.frames_sent,
+                frames_received: p.frames_received,
+                node: p.node,
+            };
+            now.insert(key, (row.bytes_sent, row.bytes_received));
+            row
+        })
+        .collect();
+    *previous = now;
+    NetworkPanel {
+        frames_refused: [
+            &stats.unknown_type,
+            &stats.undecodable,
+            &stats.no_such_actor,
+            &stats.mailbox_full,
+            &stats.unknown_channel,
+        ]
+        .into_iter()
+        .map(RemoteStats::get)
+        .sum(),
+        connections_lost: RemoteStats::get(&stats.connections_lost),
+        handshakes_refused: RemoteStats::get(&stats.handshakes_refused),
+        peers,
     }
 }
 

@@ -31,6 +31,10 @@
 //! | `troubadour_remote_connections_lost_total` | counter | |
 //! | `troubadour_remote_framing_errors_total` | counter | |
 //! | `troubadour_remote_handshakes_refused_total` | counter | |
+//! | `troubadour_remote_peer_state` | gauge (1 for the current state) | `peer`, `incarnation`, `state` (`connected`, `connecting`, `waiting_for_node`, `disconnected`, `down`) |
+//! | `troubadour_remote_bytes_sent_total`, `troubadour_remote_bytes_received_total` | counter | `peer`, `incarnation` |
+//! | `troubadour_remote_frames_sent_total`, `troubadour_remote_frames_received_total` | counter | `peer`, `incarnation` |
+//! | `troubadour_remote_connections_established_total` | counter | `peer`, `incarnation` |
 //!
 //! With the cluster (feature `cluster`, [`render_cluster`]), all labelled
 //! `node` (the node reporting):
@@ -235,9 +239,73 @@ pub fn render(metrics: &RuntimeMetrics, format: Format, out: &mut String) {
 /// [`Format::OpenMetrics`], call it before [`render`], which ends the
 /// exposition.
 #[cfg(feature = "remote")]
-pub fn render_remote(stats: &troubadour_remote::RemoteStats, format: Format, out: &mut String) {
-    use troubadour_remote::RemoteStats;
+pub fn render_remote(
+    stats: &troubadour_remote::RemoteStats,
+    peers: &[troubadour_remote::PeerStatus],
+    format: Format,
+    out: &mut String,
+) {
+    use troubadour_remote::{PeerState, RemoteStats};
     let mut w = Writer { format, out };
+    let labels =
+        |p: &troubadour_remote::PeerStatus| (p.node.clone(), format!("{:#x}", p.incarnation));
+    let name = "troubadour_remote_peer_state";
+    w.family(
+        name,
+        Kind::Gauge,
+        "The connection to each other node: 1 for its current state, 0 for the others.",
+    );
+    for p in peers {
+        let (peer, incarnation) = labels(p);
+        for state in PeerState::ALL {
+            w.sample(
+                name,
+                &[
+                    ("peer", &peer),
+                    ("incarnation", &incarnation),
+                    ("state", state.as_str()),
+                ],
+                u64::from(p.state == state),
+            );
+        }
+    }
+    for (name, help, value) in [
+        (
+            "troubadour_remote_bytes_sent_total",
+            "Bytes written to each other node.",
+            (|p: &troubadour_remote::PeerStatus| p.bytes_sent) as fn(&_) -> u64,
+        ),
+        (
+            "troubadour_remote_bytes_received_total",
+            "Bytes read from each other node.",
+            |p| p.bytes_received,
+        ),
+        (
+            "troubadour_remote_frames_sent_total",
+            "Frames sent to each other node.",
+            |p| p.frames_sent,
+        ),
+        (
+            "troubadour_remote_frames_received_total",
+            "Frames received from each other node.",
+            |p| p.frames_received,
+        ),
+        (
+            "troubadour_remote_connections_established_total",
+            "Connections established with each other node.",
+            |p| p.connections,
+        ),
+    ] {
+        w.family(name, Kind::Counter, help);
+        for p in peers {
+            let (peer, incarnation) = labels(p);
+            w.sample(
+                name,
+                &[("peer", &peer), ("incarnation", &incarnation)],
+                value(p),
+            );
+        }
+    }
     let name = "troubadour_remote_frames_refused_total";
     w.family(
         name,

@@ -396,7 +396,7 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         ],
     };
     let mut text = String::new();
-    render_remote(&stats, Format::Text, &mut text);
+    render_remote(&stats, &[], Format::Text, &mut text);
     render_cluster(&status, Format::Text, &mut text);
     let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
         .expect("parses as Prometheus text");
@@ -553,4 +553,94 @@ async fn a_stores_writes_are_counted_and_parse_as_prometheus_histograms() {
         "cumulative"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// With the remote layer, `/metrics` carries one series per peer for its
+/// connection's state and the bytes and frames both ways, and the
+/// overview's network panel lists the peer as connected.
+#[cfg(feature = "remote")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_peer_of_a_remote_node_has_its_state_and_traffic_in_metrics_and_the_overview() {
+    use troubadour_remote::{Remote, Security};
+    let alpha = ActorSystem::builder()
+        .name("alpha")
+        .worker_threads(1)
+        .build();
+    let beta = ActorSystem::builder()
+        .name("beta")
+        .worker_threads(1)
+        .build();
+    let builder = || {
+        Remote::builder("observed", Security::PlaintextLoopbackOnly)
+            .listen("127.0.0.1:0".parse().unwrap())
+    };
+    let alpha_remote = builder().start(&alpha).await.unwrap();
+    let beta_remote = builder().start(&beta).await.unwrap();
+    let beta_node = alpha_remote
+        .connect(beta_remote.local_addr().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(beta_node.name(), "beta");
+    let observer = Observer::new(alpha.handle()).with_remote(alpha_remote.view());
+    // The connection's `Hello` has gone both ways.
+    let started = std::time::Instant::now();
+    while alpha_remote
+        .peers()
+        .first()
+        .is_none_or(|p| p.frames_sent == 0 || p.frames_received == 0)
+    {
+        assert!(started.elapsed() < Duration::from_secs(30), "hang guard");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let peer = alpha_remote.peers().remove(0);
+    let incarnation = format!("{:#x}", beta.node().incarnation());
+
+    let text = observer
+        .render_metrics(troubadour_observe::prometheus::Format::Text)
+        .await;
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+        .expect("parses as Prometheus text");
+    let value = |name: &str, labels: &[(&str, &str)]| {
+        scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{name}: untyped {other:?}"),
+            })
+            .unwrap_or_else(|| panic!("{name} {labels:?} missing in:\n{text}"))
+    };
+    let of_beta = [("peer", "beta"), ("incarnation", incarnation.as_str())];
+    let state = |state: &str| {
+        value(
+            "troubadour_remote_peer_state",
+            &[of_beta[0], of_beta[1], ("state", state)],
+        )
+    };
+    assert_eq!(state("connected"), 1.0);
+    assert_eq!(state("disconnected"), 0.0);
+    assert_eq!(state("down"), 0.0);
+    assert_eq!(
+        value("troubadour_remote_connections_established_total", &of_beta),
+        1.0
+    );
+    // Counters only grow: at least what was read before rendering.
+    assert!(value("troubadour_remote_frames_sent_total", &of_beta) >= peer.frames_sent as f64);
+    assert!(value("troubadour_remote_bytes_sent_total", &of_beta) >= peer.bytes_sent as f64);
+    assert!(
+        value("troubadour_remote_bytes_received_total", &of_beta) >= peer.bytes_received as f64
+    );
+    assert!(peer.bytes_sent >= 32, "a frame's header at least: {peer:?}");
+
+    let overview = serde_json::to_value(&*observer.overview()).unwrap();
+    let peers = overview["network"]["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), 1, "{overview}");
+    assert_eq!(peers[0]["node"], "beta");
+    assert_eq!(peers[0]["state"], "connected");
+    assert_eq!(peers[0]["tls"], false);
+    assert!(peers[0]["frames_received"].as_u64().unwrap() >= 1);
+    observer.close();
+    alpha_remote.shutdown();
+    beta_remote.shutdown();
 }

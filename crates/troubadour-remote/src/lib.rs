@@ -51,6 +51,7 @@ mod link;
 mod messages;
 mod node;
 mod peer;
+mod peers;
 #[cfg(feature = "simulation")]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 pub mod sim;
@@ -133,3 +134,4 @@ pub mod __private {
     pub use troubadour::{Actor, Awaiting, Handles, Immediate};
 }
 pub use node::{LookupError, NodeLookup, Remote, RemoteBuilder, RemoteError, RemoteStats};
+pub use peers::{PeerState, PeerStatus, RemoteView};

@@ -34,7 +34,7 @@
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 use troubadour::remote::{Outgoing, OutgoingSignal, Refusal, Route};
@@ -55,6 +55,39 @@ pub(crate) struct NodeLink {
     shared: Weak<Shared>,
     state: Mutex<LinkState>,
     down: AtomicBool,
+    /// What crossed all its connections so far.
+    pub(crate) traffic: Traffic,
+}
+
+/// Bytes and frames to and from one node, across its connections. The
+/// sending side's counters and the receiving side's are on their own cache
+/// lines: a node's reader thread and the threads that write to it do not
+/// make each other's counters bounce.
+#[derive(Default)]
+pub(crate) struct Traffic {
+    pub(crate) sent: Counted,
+    pub(crate) received: Counted,
+    /// Connections established with the node.
+    pub(crate) connections: AtomicU64,
+}
+
+/// One direction's bytes and frames.
+#[derive(Default)]
+#[repr(align(64))]
+pub(crate) struct Counted {
+    pub(crate) bytes: AtomicU64,
+    pub(crate) frames: AtomicU64,
+}
+
+impl Counted {
+    pub(crate) fn add(&self, bytes: u64, frames: u64) {
+        if bytes > 0 {
+            self.bytes.fetch_add(bytes, Ordering::Relaxed);
+        }
+        if frames > 0 {
+            self.frames.fetch_add(frames, Ordering::Relaxed);
+        }
+    }
 }
 
 #[derive(Default)]
@@ -78,6 +111,7 @@ impl NodeLink {
             shared: Arc::downgrade(shared),
             state: Mutex::new(LinkState::default()),
             down: AtomicBool::new(false),
+            traffic: Traffic::default(),
         })
     }
 
@@ -194,6 +228,7 @@ impl NodeLink {
 
     /// A connection was established: the failure count starts over.
     pub(crate) fn connected(&self) {
+        self.traffic.connections.fetch_add(1, Ordering::Relaxed);
         let mut s = lock(&self.state);
         s.failures = 0;
         s.failing_since = None;
@@ -253,6 +288,41 @@ impl NodeLink {
             .as_ref()
             .filter(|p| !p.is_lost())
             .cloned()
+    }
+
+    /// What a dashboard shows of the node (`peers.rs`).
+    pub(crate) fn status(&self) -> crate::peers::PeerStatus {
+        use crate::peers::{PeerState, PeerStatus};
+        let (state, failed_attempts, tls) = {
+            let s = lock(&self.state);
+            let live = s.current.as_ref().filter(|p| !p.is_lost());
+            let state = if self.is_down() {
+                PeerState::Down
+            } else if live.is_some_and(|p| p.is_running()) {
+                PeerState::Connected
+            } else if s.waiting {
+                PeerState::WaitingForNode
+            } else if live.is_some() {
+                PeerState::Connecting
+            } else {
+                PeerState::Disconnected
+            };
+            (state, s.failures, live.is_some_and(|p| p.is_tls()))
+        };
+        let t = &self.traffic;
+        PeerStatus {
+            node: self.node.name().to_string(),
+            incarnation: self.node.incarnation(),
+            address: self.dial_addr(),
+            state,
+            tls,
+            failed_attempts,
+            connections: t.connections.load(Ordering::Relaxed),
+            bytes_sent: t.sent.bytes.load(Ordering::Relaxed),
+            bytes_received: t.received.bytes.load(Ordering::Relaxed),
+            frames_sent: t.sent.frames.load(Ordering::Relaxed),
+            frames_received: t.received.frames.load(Ordering::Relaxed),
+        }
     }
 
     pub(crate) fn route(self: &Arc<Self>) -> Arc<dyn Route> {

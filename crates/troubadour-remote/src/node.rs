@@ -18,6 +18,7 @@ use crate::frame::Limits;
 use crate::link::NodeLink;
 use crate::messages::{export_actor, Encoders, Export, ExportActorFn, RemoteActor, RemoteMessage};
 use crate::peer::Peer;
+use crate::peers::{PeerStatus, RemoteView};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -308,6 +309,14 @@ impl Shared {
         })
     }
 
+    /// Every node known, by name then incarnation (`peers.rs`).
+    pub(crate) fn peer_statuses(&self) -> Vec<crate::peers::PeerStatus> {
+        let links: Vec<Arc<NodeLink>> = lock(&self.peers).links.values().cloned().collect();
+        let mut all: Vec<_> = links.iter().map(|l| l.status()).collect();
+        all.sort_by(|a, b| (&a.node, a.incarnation).cmp(&(&b.node, b.incarnation)));
+        all
+    }
+
     /// A new connection joins the list a shutdown closes.
     pub(crate) fn track(&self, peer: &Arc<Peer>) {
         lock(&self.peers).all.push(peer.clone());
@@ -341,7 +350,7 @@ impl Shared {
         let link = self.link_for(&other.system.node());
         let peer = Peer::new(self, link.clone());
         link.install(&peer);
-        link.connected();
+        peer.established();
         peer
     }
 
@@ -715,10 +724,19 @@ impl Remote {
         &self.shared.stats
     }
 
-    /// The same counters, shared, for an exporter that outlives a borrow
+    /// The other nodes this one knows: their connection's state, and the
+    /// bytes and frames that crossed it.
+    pub fn peers(&self) -> Vec<PeerStatus> {
+        self.shared.peer_statuses()
+    }
+
+    /// The counters and peers, as a handle an exporter can keep
     /// (`troubadour_observe::Observer::with_remote`).
-    pub fn shared_stats(&self) -> Arc<RemoteStats> {
-        self.shared.stats.clone()
+    pub fn view(&self) -> RemoteView {
+        RemoteView {
+            shared: Arc::downgrade(&self.shared),
+            stats: self.shared.stats.clone(),
+        }
     }
 
     /// Makes `actor` reachable from other nodes under `name`, for the

@@ -52,6 +52,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 struct Outbound {
     control: BytesMut,
     user: BytesMut,
+    /// Frames in `control` and `user`, counted as sent when a writer takes
+    /// them.
+    frames: u64,
     next_request: u64,
     /// Bytes a writer took and could not finish (possibly ending in the
     /// middle of a frame): they go before anything else.
@@ -82,6 +85,8 @@ pub(crate) struct Peer {
     pub(crate) node: NodeId,
     pub(crate) link: Arc<NodeLink>,
     tls: AtomicBool,
+    /// It has a connection under it (see `established`).
+    running: AtomicBool,
     pub(crate) shared: Arc<Shared>,
     out: Mutex<Outbound>,
     /// The stream's write half, once connected: the writer task writes
@@ -122,10 +127,12 @@ impl Peer {
             node: link.node.clone(),
             link,
             tls: AtomicBool::new(false),
+            running: AtomicBool::new(false),
             shared: shared.clone(),
             out: Mutex::new(Outbound {
                 control: BytesMut::with_capacity(4096),
                 user: BytesMut::with_capacity(64 * 1024),
+                frames: 0,
                 next_request: 1,
                 leftover: BytesMut::new(),
                 writing: false,
@@ -155,10 +162,13 @@ impl Peer {
 
     /// Starts the reader and writer tasks on an established connection,
     /// and tells the peer where this node listens.
-    pub(crate) fn run(self: &Arc<Self>, stream: Stream, decoder: FrameDecoder) {
+    pub(crate) fn run(self: &Arc<Self>, stream: Stream, mut decoder: FrameDecoder) {
+        // Bytes the handshake read past its own frames.
+        let early = decoder.buffer_mut().len() as u64;
+        self.link.traffic.received.add(early, 0);
         self.tls
             .store(matches!(stream, Stream::Tls(_)), Ordering::Release);
-        self.link.connected();
+        self.established();
         self.queue_control(&Control::Hello {
             listen: self.shared.listen_addr.map(|a| a.to_string()),
         });
@@ -222,6 +232,18 @@ impl Peer {
         });
     }
 
+    /// A connection is under it now (a socket, or a simulated one).
+    pub(crate) fn established(&self) {
+        self.running.store(true, Ordering::Release);
+        self.link.connected();
+    }
+
+    /// Whether a connection is under it (it is not being dialled or
+    /// waiting for the node).
+    pub(crate) fn is_running(&self) -> bool {
+        self.running.load(Ordering::Acquire)
+    }
+
     /// Whether the connection is encrypted (mutual TLS).
     pub(crate) fn is_tls(&self) -> bool {
         self.tls.load(Ordering::Acquire)
@@ -258,7 +280,9 @@ impl Peer {
         into.extend_from_slice(&out.user);
         out.control.clear();
         out.user.clear();
+        let frames = std::mem::take(&mut out.frames);
         drop(out);
+        self.link.traffic.sent.add(into.len() as u64, frames);
         self.room.notify_waiters();
     }
 
@@ -317,6 +341,7 @@ impl Peer {
         })
         .is_ok()
         {
+            out.frames += 1;
             drop(out);
             self.wake_writer.notify_one();
         }
@@ -340,6 +365,7 @@ impl Peer {
             serialize_into(b, value, max)
         })
         .is_ok();
+        out.frames += u64::from(ok);
         drop(out);
         if ok {
             self.wake_writer.notify_one();
@@ -386,6 +412,7 @@ impl Peer {
                 &limits,
             );
         }
+        out.frames += 1;
         let queued = out.user.len();
         drop(out);
         // Usually on the thread of the actor that replied (see
@@ -443,7 +470,10 @@ impl Peer {
         out.leftover.clear();
         out.control.clear();
         out.user.clear();
+        let frames = std::mem::take(&mut out.frames);
         drop(out);
+        // Bytes are counted as the socket takes them, frames here.
+        self.link.traffic.sent.add(0, frames);
         // Room again for senders waiting in `send().await`.
         self.room.notify_waiters();
         true
@@ -504,6 +534,7 @@ impl Peer {
                 }
             }
         }
+        self.link.traffic.sent.add(pos as u64, 0);
         self.done_writing(&batch[pos..], !flushed);
     }
 
@@ -550,6 +581,7 @@ impl Peer {
                 return Err(std::io::ErrorKind::WriteZero.into());
             }
             pos += n;
+            self.link.traffic.sent.add(n as u64, 0);
         }
         std::future::poll_fn(|cx| match lock(&self.writer).as_mut() {
             Some(w) => std::pin::Pin::new(w).poll_flush(cx),
@@ -600,7 +632,7 @@ impl Peer {
             tokio::select! {
                 read = tokio::time::timeout(silence, reader.read_buf(buf)) => match read {
                     Ok(Ok(0)) => return "the peer closed the connection".into(),
-                    Ok(Ok(_)) => {}
+                    Ok(Ok(n)) => self.link.traffic.received.add(n as u64, 0),
                     Ok(Err(e)) => return format!("read failed: {e}"),
                     Err(_) => return format!("nothing heard for {silence:?} (heartbeat timeout)"),
                 },
@@ -610,6 +642,7 @@ impl Peer {
     }
 
     fn dispatch(self: &Arc<Self>, frame: Frame) {
+        self.link.traffic.received.add(0, 1);
         let h = frame.header;
         match h.kind {
             Kind::Message if h.code == wire::SYSTEM_DOWN => {
@@ -991,6 +1024,7 @@ impl Peer {
         let pending = with_ref_codec(&codec, || {
             (encoder.encode)(message, &mut out.user, to, request, &limits)
         })?;
+        out.frames += 1;
         if let (Some(request), Some(pending)) = (request, pending) {
             // Registered before the lock is released, so before the writer
             // can send the request, so before any reply can come.

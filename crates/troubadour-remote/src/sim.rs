@@ -130,6 +130,7 @@ impl SimConnection {
         let codec = self.peer.codec();
         let failed = with_ref_codec(&codec, || {
             let mut decoder = decoder.lock().unwrap_or_else(|p| p.into_inner());
+            self.peer.link.traffic.received.add(bytes.len() as u64, 0);
             decoder.feed(bytes);
             loop {
                 match decoder.decode() {
@@ -229,7 +230,7 @@ impl SimDial {
                 .lose_for("the node refused this incarnation, which it declared down".into());
             return Err(SimDialRefused::DeclaredDown);
         }
-        self.peer.link.connected();
+        self.peer.established();
         let accepted = theirs.connect_simulated(mine);
         Ok((
             SimConnection { peer: self.peer },

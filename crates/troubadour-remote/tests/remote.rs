@@ -18,8 +18,8 @@ use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour::NodeId;
 use troubadour_remote::{
-    Accepts, ChannelError, ControlChannel, LookupError, Remote, RemoteActor, RemoteError,
-    RemoteMessage, RemoteStats, Security,
+    Accepts, ChannelError, ControlChannel, LookupError, PeerState, PeerStatus, Remote, RemoteActor,
+    RemoteError, RemoteMessage, RemoteStats, Security,
 };
 
 const GUARD: Duration = Duration::from_secs(30);
@@ -1024,6 +1024,86 @@ fn a_restarted_node_is_a_new_node_and_the_old_one_is_declared_down() {
         new_store.ask(Get).timeout(GUARD).wait().unwrap(),
         Vec::<u64>::new()
     );
+    // The old incarnation left the list of peers; the new one is there.
+    let beta = peer_seen_by(&alpha.remote, "beta");
+    assert_eq!(beta.incarnation, system.node().incarnation());
+    assert_eq!(beta.state, PeerState::Connected);
+}
+
+/// How `of` sees the node named `name`.
+fn peer_seen_by(of: &Remote, name: &str) -> PeerStatus {
+    let mut found: Vec<PeerStatus> = of.peers().into_iter().filter(|p| p.node == name).collect();
+    assert_eq!(found.len(), 1, "one peer named {name}: {found:?}");
+    found.remove(0)
+}
+
+#[test]
+fn each_peer_is_listed_with_its_connection_state_and_the_traffic_both_ways() {
+    let (alpha, beta) = pair();
+    let (_, store) = store_on_beta(&alpha, &beta);
+    const N: u64 = 1_000;
+    for i in 0..N {
+        store.tell(Add(i)).unwrap();
+    }
+    assert_eq!(
+        store.ask(Get).timeout(GUARD).wait().unwrap().len() as u64,
+        N
+    );
+    let b = peer_seen_by(&alpha.remote, "beta");
+    assert_eq!(b.incarnation, beta.system.node().incarnation());
+    assert_eq!(b.address, Some(beta.addr()));
+    assert_eq!(b.state, PeerState::Connected);
+    assert!(b.tls);
+    assert_eq!((b.connections, b.failed_attempts), (1, 0));
+    // The tells and the ask, each a frame of at least a 32-byte header.
+    assert!(b.frames_sent > N, "{b:?}");
+    assert!(b.bytes_sent >= 32 * (N + 1), "{b:?}");
+    assert!(b.frames_received >= 1, "the ask's reply: {b:?}");
+    // What one side sent is what the other received, frame for frame and
+    // byte for byte, once nothing is in flight (heartbeats come and go).
+    eventually(|| {
+        let b = peer_seen_by(&alpha.remote, "beta");
+        let a = peer_seen_by(&beta.remote, "alpha");
+        (
+            b.frames_sent,
+            b.bytes_sent,
+            b.frames_received,
+            b.bytes_received,
+        ) == (
+            a.frames_received,
+            a.bytes_received,
+            a.frames_sent,
+            a.bytes_sent,
+        )
+    });
+    // The same through the handle an exporter keeps.
+    let view = alpha.remote.view();
+    assert_eq!(view.peers().len(), 1);
+    assert_eq!(view.peers()[0].node, "beta");
+}
+
+#[test]
+fn a_lost_peer_shows_disconnected_then_connected_again_with_its_totals_kept() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let (local, store) = store_on_beta(&alpha, &beta);
+    store.tell(Add(1)).unwrap();
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    let before = peer_seen_by(&alpha.remote, "beta");
+    let addr = beta.addr();
+    beta.remote.shutdown();
+    drop(beta.remote);
+    eventually(|| peer_seen_by(&alpha.remote, "beta").state == PeerState::Disconnected);
+    let again = restart_remote(&beta.system, &ca, "beta", addr);
+    again.expose("store", &local).unwrap();
+    eventually(|| store.tell(Add(2)).is_ok());
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    let after = peer_seen_by(&alpha.remote, "beta");
+    assert_eq!(after.state, PeerState::Connected);
+    assert_eq!(after.connections, 2, "{after:?}");
+    assert!(after.frames_sent >= before.frames_sent + 2, "{after:?}");
+    assert!(after.bytes_received > before.bytes_received, "{after:?}");
 }
 
 #[test]
