@@ -52,6 +52,38 @@ struct Typed<A: crate::Actor, M: Message> {
     head: Envelope<A>,
     msg: M,
     reply: Option<ReplyTo<M::Reply>>,
+    sender: SenderSpan,
+}
+
+/// The span current where a message was sent (feature `tracing`): the
+/// span of its handling is that span's child, so one request's spans form
+/// one tree across the actors it goes through, and across nodes where the
+/// remote layer carries the trace context. Without the feature it takes no
+/// room in the node.
+#[cfg(feature = "tracing")]
+type SenderSpan = tracing::Span;
+#[cfg(not(feature = "tracing"))]
+struct SenderSpan;
+
+#[inline(always)]
+fn sender_span() -> SenderSpan {
+    #[cfg(feature = "tracing")]
+    return tracing::Span::current();
+    #[cfg(not(feature = "tracing"))]
+    SenderSpan
+}
+
+/// The span of a message's handling: a child of the sender's span, or of
+/// whatever span is current here when the sender had none.
+#[cfg(feature = "tracing")]
+macro_rules! handling_span {
+    ($sender:expr, $name:literal, $ctx:expr, $msg:ty) => {
+        if $sender.is_none() {
+            tracing::trace_span!($name, actor = %$ctx.id(), message = std::any::type_name::<$msg>())
+        } else {
+            tracing::trace_span!(parent: &$sender, $name, actor = %$ctx.id(), message = std::any::type_name::<$msg>())
+        }
+    };
 }
 
 /// Marker: handled by a synchronous [`Handler`].
@@ -183,6 +215,7 @@ fn build<A: crate::Actor, M: Message>(
         });
         std::ptr::addr_of_mut!((*p).msg).write(msg);
         std::ptr::addr_of_mut!((*p).reply).write(reply);
+        std::ptr::addr_of_mut!((*p).sender).write(sender_span());
     }
     p as *mut Envelope<A>
 }
@@ -196,7 +229,7 @@ fn build<A: crate::Actor, M: Message>(
 #[inline]
 unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(
     p: *mut Envelope<A>,
-) -> (M, Option<ReplyTo<M::Reply>>) {
+) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
     let p = p as *mut Typed<A, M>;
     // SAFETY: a live `Typed<A, M>` (contract); each field is read once and
     // the node is freed right after, so nothing is dropped twice. The head
@@ -205,12 +238,13 @@ unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(
     unsafe {
         let msg = std::ptr::addr_of!((*p).msg).read();
         let reply = std::ptr::addr_of!((*p).reply).read();
+        let sender = std::ptr::addr_of!((*p).sender).read();
         nodes::free(
             p as *mut u8,
             Layout::new::<Typed<A, M>>(),
             placement::<A, M>(ALONE),
         );
-        (msg, reply)
+        (msg, reply, sender)
     }
 }
 
@@ -356,11 +390,9 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
     ctx: &mut Context<A>,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply) = unsafe { take::<A, M, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
-    let _span =
-        tracing::trace_span!("handle", actor = %ctx.id(), message = std::any::type_name::<M>())
-            .entered();
+    let _span = handling_span!(_sender, "handle", ctx, M).entered();
     match reply {
         // A `tell`: nothing to reply to, the direct path.
         None => {
@@ -392,9 +424,9 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
     ctx: &mut Context<A>,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply) = unsafe { take::<A, M, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
-    let _span = tracing::trace_span!("handle_async", actor = %ctx.id(), message = std::any::type_name::<M>()).entered();
+    let _span = handling_span!(_sender, "handle_async", ctx, M).entered();
     let waker = ctx.waker();
     let cell_addr = ctx.cell_addr();
     // SAFETY: (a lifetime extension) the future borrows the actor, which lives
