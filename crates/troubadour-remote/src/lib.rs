@@ -55,6 +55,7 @@ mod peers;
 #[cfg(feature = "simulation")]
 #[cfg_attr(docsrs, doc(cfg(feature = "simulation")))]
 pub mod sim;
+mod trace_context;
 mod wire;
 
 pub use channel::{ChannelError, ControlChannel};

@@ -42,6 +42,7 @@ use crate::frame::{encode_frame, encode_frame_with, Frame, FrameDecoder, Header,
 use crate::link::NodeLink;
 use crate::messages::{Asked, Delivered, PendingReply};
 use crate::node::Shared;
+use crate::trace_context::{self, TraceContext, SYSTEM_TRACE};
 use crate::wire::{self, reply, Control, DownFrame, ExitFrame, WireReason};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -108,6 +109,9 @@ pub(crate) struct Peer {
     proxies: Mutex<HashMap<(u64, std::any::TypeId), Arc<dyn std::any::Any + Send + Sync>>>,
     lost: AtomicBool,
     closed: Notify,
+    /// The trace context of the next message frame received, which the
+    /// peer sent just before it (`trace_context.rs`).
+    incoming_trace: Mutex<Option<TraceContext>>,
     /// In a simulated connection: the answers to incoming asks, awaited by
     /// the simulation (`sim.rs`); `None` on a real one (tokio tasks).
     pub(crate) answers: Option<Mutex<Vec<crate::messages::AnswerFuture>>>,
@@ -151,6 +155,7 @@ impl Peer {
             proxies: Mutex::new(HashMap::new()),
             lost: AtomicBool::new(false),
             closed: Notify::new(),
+            incoming_trace: Mutex::new(None),
             answers: shared.simulated.then(|| Mutex::new(Vec::new())),
             sim_decoder: shared
                 .simulated
@@ -651,8 +656,17 @@ impl Peer {
             Kind::Message if h.code == wire::SYSTEM_EXIT => {
                 self.on_exit(h.receiver, &frame.payload)
             }
-            Kind::Message => self.on_message(h.code, h.receiver, &frame.payload, None),
-            Kind::Ask => self.on_message(h.code, h.receiver, &frame.payload, Some(h.sender)),
+            Kind::Message if h.code == SYSTEM_TRACE => {
+                *lock(&self.incoming_trace) = TraceContext::from_bytes(&frame.payload);
+            }
+            Kind::Message => {
+                let trace = lock(&self.incoming_trace).take();
+                self.on_message(h.code, h.receiver, &frame.payload, None, trace)
+            }
+            Kind::Ask => {
+                let trace = lock(&self.incoming_trace).take();
+                self.on_message(h.code, h.receiver, &frame.payload, Some(h.sender), trace)
+            }
             Kind::Reply => {
                 let Some(finish) = lock(&self.pending).remove(&h.sender) else {
                     return; // the asker's node forgot it (the connection was renewed)
@@ -689,7 +703,14 @@ impl Peer {
         }
     }
 
-    fn on_message(self: &Arc<Self>, code: u64, receiver: u64, payload: &[u8], ask: Option<u64>) {
+    fn on_message(
+        self: &Arc<Self>,
+        code: u64,
+        receiver: u64,
+        payload: &[u8],
+        ask: Option<u64>,
+        trace: Option<TraceContext>,
+    ) {
         let stats = &self.shared.stats;
         let export = self.shared.export(receiver);
         let refuse = |code: u64, reason: String| {
@@ -724,12 +745,27 @@ impl Peer {
                 runner: self.clone(),
             }
         });
-        match (accepted.deliver)(
-            &*accepted.target,
-            payload,
-            self.shared.config.max_depth,
-            asked,
-        ) {
+        let deliver = || {
+            (accepted.deliver)(
+                &*accepted.target,
+                payload,
+                self.shared.config.max_depth,
+                asked,
+            )
+        };
+        // Delivered inside a span joined to the sender's trace: the
+        // message's node records it as its sender span.
+        #[cfg(feature = "opentelemetry")]
+        let delivered = match trace {
+            Some(trace) => trace_context::receive_span(trace, name, &self.node).in_scope(deliver),
+            None => deliver(),
+        };
+        #[cfg(not(feature = "opentelemetry"))]
+        let delivered = {
+            let _ = trace;
+            deliver()
+        };
+        match delivered {
             Delivered::Ok => {}
             Delivered::Undecodable(e) => {
                 stats.undecodable.fetch_add(1, Ordering::Relaxed);
@@ -1021,9 +1057,24 @@ impl Peer {
             r
         });
         let codec = peer.codec();
-        let pending = with_ref_codec(&codec, || {
+        let before = (out.user.len(), out.frames);
+        if let Some(trace) = trace_context::current() {
+            let header = Header::message(SYSTEM_TRACE, 0, 0);
+            if encode_frame(&mut out.user, &header, &trace.to_bytes(), &limits).is_ok() {
+                out.frames += 1;
+            }
+        }
+        let pending = match with_ref_codec(&codec, || {
             (encoder.encode)(message, &mut out.user, to, request, &limits)
-        })?;
+        }) {
+            Ok(pending) => pending,
+            Err(refused) => {
+                // Nothing of it stays queued, its trace context included.
+                out.user.truncate(before.0);
+                out.frames = before.1;
+                return Err(refused);
+            }
+        };
         out.frames += 1;
         if let (Some(request), Some(pending)) = (request, pending) {
             // Registered before the lock is released, so before the writer
