@@ -36,6 +36,8 @@
 
 pub mod http;
 pub mod observer;
+#[cfg(feature = "otlp")]
+pub mod otlp;
 pub mod prometheus;
 
 pub use observer::{
