@@ -65,6 +65,18 @@ type SenderSpan = tracing::Span;
 #[cfg(not(feature = "tracing"))]
 struct SenderSpan;
 
+/// Enters the handling's span, or the sender's where the handling's is
+/// filtered out (per-message spans are `trace`-level): a trace then still
+/// flows through the actor to what it sends, across nodes too.
+#[cfg(feature = "tracing")]
+fn enter_handling(handling: tracing::Span, sender: tracing::Span) -> tracing::span::EnteredSpan {
+    if handling.is_disabled() {
+        sender.entered()
+    } else {
+        handling.entered()
+    }
+}
+
 #[inline(always)]
 fn sender_span() -> SenderSpan {
     #[cfg(feature = "tracing")]
@@ -392,7 +404,7 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
     // SAFETY: contract.
     let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
-    let _span = handling_span!(_sender, "handle", ctx, M).entered();
+    let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
     match reply {
         // A `tell`: nothing to reply to, the direct path.
         None => {
@@ -426,7 +438,7 @@ unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
     // SAFETY: contract.
     let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
     #[cfg(feature = "tracing")]
-    let _span = handling_span!(_sender, "handle_async", ctx, M).entered();
+    let _span = enter_handling(handling_span!(_sender, "handle_async", ctx, M), _sender);
     let waker = ctx.waker();
     let cell_addr = ctx.cell_addr();
     // SAFETY: (a lifetime extension) the future borrows the actor, which lives
