@@ -125,7 +125,20 @@ try {
   );
   const peers = await dashboard.$$eval("#peers tr", (rs) => rs.map((r) => r.textContent));
   console.log(`node1's dashboard, network panel: ${peers.join(" | ")}`);
-  await dashboard.screenshot({ path: `${artifacts}/dashboard-cluster.png` });
+  // The virtual vehicles' kind, across the nodes: both survivors hold some.
+  await dashboard.click('#kinds tr[data-kind$="::VirtualVehicle"]');
+  await dashboard.waitForFunction(
+    ({ alive }) => {
+      const view = window.troubadourDashboard.kindView;
+      const count = (name) => view?.nodes.find((n) => n.node === name)?.alive ?? 0;
+      return !document.getElementById("kindview").hidden && alive.every((name) => count(name) > 0);
+    },
+    { alive: [nodes[0].name, nodes[2].name] },
+    { timeout: 60_000 },
+  );
+  const perNodeKind = await dashboard.$$eval("#kindnodes tr", (rs) => rs.map((r) => r.textContent));
+  console.log(`node1's dashboard, VirtualVehicle across nodes: ${perNodeKind.join(" | ")}`);
+  await dashboard.screenshot({ path: `${artifacts}/dashboard-cluster.png`, fullPage: true });
 
   if (pageErrors.length) fail(`errors in the page: ${pageErrors.join("; ")}`);
   if (!process.exitCode) console.log("cluster browser test passed");

@@ -399,7 +399,7 @@ impl Node {
             stopped.clone(),
         )));
         let observer = Observer::new(system.handle())
-            .with_remote(remote.view())
+            .with_remote(&remote)
             .with_cluster(cluster.clone())
             .with_store(store_stats);
         let (mounted, dashboard) =

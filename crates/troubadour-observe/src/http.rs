@@ -10,6 +10,7 @@
 //! | `GET /api/children?parent=&kind=&offset=&limit=` | [`Children`](crate::Children) (`parent` omitted: the top level) |
 //! | `GET /api/actor?id=` | [`ActorDetail`](crate::ActorDetail), `404` once it stopped |
 //! | `GET /api/search?q=&limit=` | actors by name or kind |
+//! | `GET /api/kind?kind=&limit=` | [`KindAcrossNodes`](crate::KindAcrossNodes): one kind on this node and every connected node |
 //!
 //! Mount it under a prefix (`Router::nest("/dashboard", observer.router())`)
 //! or serve it on an address of its own ([`Observer::serve`]); the page
@@ -45,6 +46,7 @@ impl Observer {
             .route("/api/children", get(children))
             .route("/api/actor", get(actor))
             .route("/api/search", get(search))
+            .route("/api/kind", get(kind))
             .with_state(self.clone())
     }
 
@@ -179,4 +181,20 @@ struct SearchQuery {
 async fn search(State(observer): State<Observer>, Query(q): Query<SearchQuery>) -> Response {
     let limit = q.limit.unwrap_or(50).min(MAX_PAGE);
     Json(observer.search(&q.q, limit)).into_response()
+}
+
+#[derive(Deserialize)]
+struct KindQuery {
+    kind: String,
+    limit: Option<usize>,
+}
+
+async fn kind(State(observer): State<Observer>, Query(q): Query<KindQuery>) -> Response {
+    if q.kind.is_empty() {
+        return bad_request(
+            "kind= is empty: give a kind's full type name, as /api/overview lists them".into(),
+        );
+    }
+    let limit = q.limit.unwrap_or(10).min(crate::kinds::MAX_ACTORS);
+    Json(observer.kind_across_nodes(&q.kind, limit).await).into_response()
 }

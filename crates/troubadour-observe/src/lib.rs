@@ -35,11 +35,13 @@
 #![warn(missing_docs)]
 
 pub mod http;
+pub mod kinds;
 pub mod observer;
 #[cfg(feature = "otlp")]
 pub mod otlp;
 pub mod prometheus;
 
+pub use kinds::{KindAcrossNodes, KindActor, KindOnNode};
 pub use observer::{
     ActorDetail, ActorRow, Children, ClusterNode, ClusterPanel, DeadLetterRow, Group, KindRow,
     Observer, ObserverConfig, Overview,

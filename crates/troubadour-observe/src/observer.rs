@@ -82,7 +82,10 @@ pub(crate) struct Shared {
     /// Wakes the sampler when a dashboard opens.
     wake: tokio::sync::Notify,
     #[cfg(feature = "remote")]
-    remote: std::sync::OnceLock<troubadour_remote::RemoteView>,
+    pub(crate) remote: std::sync::OnceLock<troubadour_remote::RemoteView>,
+    /// The kind view's control channel (`kinds.rs`).
+    #[cfg(feature = "remote")]
+    pub(crate) kinds: crate::kinds::remote::KindChannel,
     #[cfg(feature = "cluster")]
     cluster: std::sync::OnceLock<troubadour_cluster::Cluster>,
     #[cfg(feature = "persistence")]
@@ -393,6 +396,8 @@ impl Observer {
             wake: tokio::sync::Notify::new(),
             #[cfg(feature = "remote")]
             remote: std::sync::OnceLock::new(),
+            #[cfg(feature = "remote")]
+            kinds: Default::default(),
             #[cfg(feature = "cluster")]
             cluster: std::sync::OnceLock::new(),
             #[cfg(feature = "persistence")]
@@ -411,11 +416,18 @@ impl Observer {
 
     /// Adds the remote layer to the metrics and the dashboard: per peer
     /// its connection's state and the bytes and frames both ways; frames
-    /// refused by reason, connections lost, handshakes refused:
-    /// `observer.with_remote(remote.view())`.
+    /// refused by reason, connections lost, handshakes refused. It also
+    /// answers the other nodes' observers about this node's actors of a
+    /// kind, and asks them ([`Observer::kind_across_nodes`]), over the
+    /// control channel `troubadour.observe.kind` (one observer per
+    /// `Remote` answers; a second one still asks).
     #[cfg(feature = "remote")]
-    pub fn with_remote(self, remote: troubadour_remote::RemoteView) -> Observer {
-        let _ = self.shared.remote.set(remote);
+    pub fn with_remote(self, remote: &troubadour_remote::Remote) -> Observer {
+        let _ = self.shared.remote.set(remote.view());
+        if let Err(reason) = crate::kinds::remote::open(&self.shared, remote) {
+            // Another observer of this node answers; this one still asks.
+            tracing::warn!(%reason, "this observer will not answer other nodes' kind views");
+        }
         self
     }
 
@@ -598,7 +610,7 @@ impl Observer {
 }
 
 impl Shared {
-    fn touch(&self) {
+    pub(crate) fn touch(&self) {
         let first = lock(&self.state)
             .last_request
             .replace(Instant::now())
@@ -613,6 +625,15 @@ impl Shared {
             || lock(&self.state)
                 .last_request
                 .is_some_and(|at| at.elapsed() < IDLE_AFTER)
+    }
+
+    /// Each sample's message rate at the latest sample (0 if untracked).
+    pub(crate) fn rates_of(&self, samples: &[ActorSample]) -> Vec<f64> {
+        let state = lock(&self.state);
+        samples
+            .iter()
+            .map(|s| state.rates.get(&s.id).copied().unwrap_or(0.0))
+            .collect()
     }
 
     /// Rows for `samples`, busiest first, from `offset`.
@@ -633,13 +654,7 @@ impl Shared {
         offset: usize,
         limit: usize,
     ) -> Vec<ActorRow> {
-        let rates = {
-            let state = lock(&self.state);
-            samples
-                .iter()
-                .map(|s| state.rates.get(&s.id).copied().unwrap_or(0.0))
-                .collect::<Vec<_>>()
-        };
+        let rates = self.rates_of(&samples);
         let mut rated: Vec<(ActorSample, f64)> = samples.drain(..).zip(rates).collect();
         let busiest_first = |a: &(ActorSample, f64), b: &(ActorSample, f64)| {
             b.1.total_cmp(&a.1)

@@ -581,7 +581,7 @@ async fn each_peer_of_a_remote_node_has_its_state_and_traffic_in_metrics_and_the
         .await
         .unwrap();
     assert_eq!(beta_node.name(), "beta");
-    let observer = Observer::new(alpha.handle()).with_remote(alpha_remote.view());
+    let observer = Observer::new(alpha.handle()).with_remote(&alpha_remote);
     // The connection's `Hello` has gone both ways.
     let started = std::time::Instant::now();
     while alpha_remote
@@ -643,4 +643,94 @@ async fn each_peer_of_a_remote_node_has_its_state_and_traffic_in_metrics_and_the
     observer.close();
     alpha_remote.shutdown();
     beta_remote.shutdown();
+}
+
+/// In a cluster, the dashboard's kind view asks every connected node's
+/// observer for its actors of the kind: per node how many and the
+/// busiest; a node with no observer is listed as unanswered, not waited
+/// for forever.
+#[cfg(feature = "remote")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_actors_of_a_kind_are_shown_per_node_across_connected_nodes() {
+    use troubadour_remote::{Remote, Security};
+    let system = |name: &str| {
+        ActorSystem::builder()
+            .name(name)
+            .worker_threads(1)
+            .observe()
+            .build()
+    };
+    let (alpha, beta, gamma) = (system("alpha"), system("beta"), system("gamma"));
+    let builder = || {
+        Remote::builder("observed", Security::PlaintextLoopbackOnly)
+            .listen("127.0.0.1:0".parse().unwrap())
+    };
+    let alpha_remote = builder().start(&alpha).await.unwrap();
+    let beta_remote = builder().start(&beta).await.unwrap();
+    let gamma_remote = builder().start(&gamma).await.unwrap();
+    for other in [&beta_remote, &gamma_remote] {
+        alpha_remote
+            .connect(other.local_addr().unwrap())
+            .await
+            .unwrap();
+    }
+    let alpha_observer = Observer::new(alpha.handle()).with_remote(&alpha_remote);
+    let beta_observer = Observer::new(beta.handle()).with_remote(&beta_remote);
+    // Gamma has no observer: it cannot answer.
+    let workers = |system: &ActorSystem, n: usize| -> Vec<ActorRef<Worker>> {
+        (0..n).map(|_| system.spawn(Worker).unwrap()).collect()
+    };
+    let _on_alpha = workers(&alpha, 1);
+    let on_beta = workers(&beta, 3);
+    for _ in 0..5 {
+        on_beta[1].tell(Work).unwrap();
+    }
+    on_beta[1].ask(Work).await.unwrap();
+    let kind = std::any::type_name::<Worker>();
+    // The asked message is counted as its turn ends, just after its reply.
+    let started = std::time::Instant::now();
+    while beta
+        .metrics()
+        .kinds
+        .iter()
+        .find(|k| k.kind == kind)
+        .is_none_or(|k| k.messages_handled < 6)
+    {
+        assert!(started.elapsed() < Duration::from_secs(30), "hang guard");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    let view = alpha_observer.kind_across_nodes(kind, 2).await;
+    assert_eq!(view.kind, kind);
+    let names: Vec<&str> = view.nodes.iter().map(|n| n.node.as_str()).collect();
+    assert_eq!(names, ["alpha", "beta"], "{view:?}");
+    assert!(view.nodes[0].here && !view.nodes[1].here);
+    assert_eq!(view.nodes[0].alive, 1);
+    let beta_view = &view.nodes[1];
+    assert_eq!(beta_view.alive, 3);
+    assert_eq!(beta_view.handled, 6);
+    assert_eq!(beta_view.actors.len(), 2, "the limit: {beta_view:?}");
+    // Busiest first: the worker that handled the six messages.
+    assert_eq!(beta_view.actors[0].id, on_beta[1].id().serial());
+    assert_eq!(beta_view.actors[0].handled, 6);
+    assert_eq!(view.unanswered, ["gamma"]);
+
+    // The same over HTTP, as the page asks.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn({
+        let observer = alpha_observer.clone();
+        async move { observer.serve(listener).await }
+    });
+    let path = format!("/api/kind?kind={}", kind.replace(':', "%3A"));
+    let body = json(addr, &path).await;
+    assert_eq!(body["nodes"][1]["node"], "beta");
+    assert_eq!(body["nodes"][1]["alive"], 3);
+    let (status, _, _) = get(addr, "/api/kind?kind=", "application/json").await;
+    assert_eq!(status, 400);
+    alpha_observer.close();
+    beta_observer.close();
+    for r in [alpha_remote, beta_remote, gamma_remote] {
+        r.shutdown();
+    }
 }
