@@ -43,6 +43,7 @@
 //! |---|---|---|
 //! | `troubadour_cluster_members` | gauge | |
 //! | `troubadour_cluster_shards` | gauge | |
+//! | `troubadour_cluster_shard_epoch` | gauge | `shard` (each shard hosted here; the value is its assignment's epoch) |
 //! | `troubadour_cluster_shards_owned` | gauge | `owner` (every owner, as this node last read the lease store) |
 //! | `troubadour_cluster_entities_active` | gauge | |
 //! | `troubadour_cluster_lease_valid` | gauge | |
@@ -396,6 +397,19 @@ pub fn render_cluster(
         &[("node", node)],
         status.lease_left_ms.unwrap_or(0) as f64 / 1e3,
     );
+    let name = "troubadour_cluster_shard_epoch";
+    w.family(
+        name,
+        Kind::Gauge,
+        "Each shard this node hosts, with the epoch of its assignment (it grows with every move).",
+    );
+    for shard in &status.shards {
+        w.sample(
+            name,
+            &[("node", node), ("shard", &shard.shard.to_string())],
+            shard.epoch,
+        );
+    }
     let name = "troubadour_cluster_shards_owned";
     w.family(
         name,

@@ -369,7 +369,7 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         leaving: false,
         members: vec!["node1".into(), "node2".into()],
         members_with_lease: vec!["node2".into()],
-        shards: vec![troubadour_cluster::ShardStatus { shard: 3, epoch: 1 }],
+        shards: vec![troubadour_cluster::ShardStatus { shard: 3, epoch: 5 }],
         entities: 12,
         waiting: 0,
         balanced: true,
@@ -429,6 +429,13 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
             &[("node", "node1"), ("owner", "node2")]
         ),
         63.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_shard_epoch",
+            &[("node", "node1"), ("shard", "3")]
+        ),
+        5.0
     );
     assert_eq!(
         value(
