@@ -10,11 +10,10 @@
 //! waited for longer. Requests and answers are JSON, checked as anything
 //! from the network: a malformed one is dropped.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use troubadour::{ActorId, ActorSample};
+use troubadour::ActorSample;
 
 use crate::observer::{Observer, Shared};
 
@@ -87,27 +86,9 @@ impl Shared {
         let alive = samples.len() as u64;
         let handled = samples.iter().map(|s| s.messages_handled).sum();
         let rate = rates.iter().sum();
-        let mut rated: Vec<(ActorSample, f64)> = samples.into_iter().zip(rates).collect();
-        let busiest_first = |a: &(ActorSample, f64), b: &(ActorSample, f64)| {
-            b.1.total_cmp(&a.1)
-                .then(b.0.messages_handled.cmp(&a.0.messages_handled))
-                .then(a.0.id.cmp(&b.0.id))
-        };
-        let limit = limit.min(MAX_ACTORS);
-        if limit > 0 && limit < rated.len() {
-            rated.select_nth_unstable_by(limit - 1, busiest_first);
-        }
-        rated.truncate(limit);
-        rated.sort_by(busiest_first);
-        let named: HashMap<ActorId, String> = if rated.is_empty() {
-            HashMap::new()
-        } else {
-            self.system
-                .registered_names()
-                .into_iter()
-                .map(|(name, id)| (id, name))
-                .collect()
-        };
+        let rated = samples.into_iter().zip(rates).collect();
+        let rated = crate::observer::busiest(rated, limit.min(MAX_ACTORS));
+        let named = self.names(!rated.is_empty());
         KindOnNode {
             node: self.system.node().name().to_string(),
             here: false,
@@ -156,6 +137,7 @@ impl Observer {
 #[cfg(feature = "remote")]
 pub(crate) mod remote {
     use super::*;
+    use std::collections::HashMap;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, Mutex, OnceLock, Weak};
     use tokio::sync::oneshot;

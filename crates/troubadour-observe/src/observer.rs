@@ -581,13 +581,7 @@ impl Observer {
         if query.is_empty() {
             return Vec::new();
         }
-        let named: HashMap<ActorId, String> = self
-            .shared
-            .system
-            .registered_names()
-            .into_iter()
-            .map(|(name, id)| (id, name))
-            .collect();
+        let named = self.shared.names(true);
         let mut by_name = Vec::new();
         let mut by_kind = Vec::new();
         self.shared.system.for_each_actor(|a| {
@@ -638,45 +632,37 @@ impl Shared {
 
     /// Rows for `samples`, busiest first, from `offset`.
     fn rows(&self, samples: Vec<ActorSample>, offset: usize, limit: usize) -> Vec<ActorRow> {
-        let named: HashMap<ActorId, String> = self
-            .system
-            .registered_names()
-            .into_iter()
-            .map(|(name, id)| (id, name))
-            .collect();
+        let named = self.names(true);
         self.rows_with_names(samples, &named, offset, limit)
     }
 
     fn rows_with_names(
         &self,
-        mut samples: Vec<ActorSample>,
+        samples: Vec<ActorSample>,
         named: &HashMap<ActorId, String>,
         offset: usize,
         limit: usize,
     ) -> Vec<ActorRow> {
         let rates = self.rates_of(&samples);
-        let mut rated: Vec<(ActorSample, f64)> = samples.drain(..).zip(rates).collect();
-        let busiest_first = |a: &(ActorSample, f64), b: &(ActorSample, f64)| {
-            b.1.total_cmp(&a.1)
-                .then(b.0.messages_handled.cmp(&a.0.messages_handled))
-                .then(a.0.id.cmp(&b.0.id))
-        };
-        // A page of a million children: select the page's end in linear
-        // time, then sort only what is shown and what precedes it.
-        let end = offset.saturating_add(limit).min(rated.len());
-        if end == 0 {
-            return Vec::new();
-        }
-        if end < rated.len() {
-            rated.select_nth_unstable_by(end - 1, busiest_first);
-            rated.truncate(end);
-        }
-        rated.sort_by(busiest_first);
-        rated
+        let rated: Vec<(ActorSample, f64)> = samples.into_iter().zip(rates).collect();
+        busiest(rated, offset.saturating_add(limit))
             .into_iter()
             .skip(offset)
             .take(limit)
             .map(|(s, rate)| row(s, rate, named.get(&s.id).cloned()))
+            .collect()
+    }
+
+    /// Registered names by actor; empty without asking the registry when
+    /// no name is `wanted`.
+    pub(crate) fn names(&self, wanted: bool) -> HashMap<ActorId, String> {
+        if !wanted {
+            return HashMap::new();
+        }
+        self.system
+            .registered_names()
+            .into_iter()
+            .map(|(name, id)| (id, name))
             .collect()
     }
 
@@ -762,15 +748,7 @@ impl Shared {
         let network = None;
         drop(state);
 
-        let named: HashMap<ActorId, String> = if hot.is_empty() {
-            HashMap::new()
-        } else {
-            self.system
-                .registered_names()
-                .into_iter()
-                .map(|(name, id)| (id, name))
-                .collect()
-        };
+        let named = self.names(!hot.is_empty());
         let hottest = hot
             .into_iter()
             .map(|(s, rate)| row(s, rate, named.get(&s.id).cloned()))
@@ -912,6 +890,27 @@ fn cluster_panel(status: troubadour_cluster::ClusterStatus) -> ClusterPanel {
         failovers: status.failovers,
         nodes,
     }
+}
+
+/// The `end` busiest of `rated` (by rate, then messages handled), busiest
+/// first. For a page of a million actors: the page's end is selected in
+/// linear time, and only what is shown and what precedes it is sorted.
+pub(crate) fn busiest(mut rated: Vec<(ActorSample, f64)>, end: usize) -> Vec<(ActorSample, f64)> {
+    let busiest_first = |a: &(ActorSample, f64), b: &(ActorSample, f64)| {
+        b.1.total_cmp(&a.1)
+            .then(b.0.messages_handled.cmp(&a.0.messages_handled))
+            .then(a.0.id.cmp(&b.0.id))
+    };
+    let end = end.min(rated.len());
+    if end == 0 {
+        return Vec::new();
+    }
+    if end < rated.len() {
+        rated.select_nth_unstable_by(end - 1, busiest_first);
+        rated.truncate(end);
+    }
+    rated.sort_by(busiest_first);
+    rated
 }
 
 fn row(s: ActorSample, rate: f64, name: Option<String>) -> ActorRow {

@@ -77,6 +77,35 @@ async fn json(addr: std::net::SocketAddr, path: &str) -> serde_json::Value {
     serde_json::from_str(&body).unwrap()
 }
 
+/// A Prometheus text exposition, parsed.
+#[cfg(feature = "remote")]
+struct Scraped<'a> {
+    text: &'a str,
+    scrape: prometheus_parse::Scrape,
+}
+
+#[cfg(feature = "remote")]
+impl<'a> Scraped<'a> {
+    fn parse(text: &'a str) -> Scraped<'a> {
+        let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
+            .expect("parses as Prometheus text");
+        Scraped { text, scrape }
+    }
+
+    /// The value of the sample of `name` with (at least) `labels`.
+    fn value(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.scrape
+            .samples
+            .iter()
+            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match s.value {
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
+                ref other => panic!("{name}: untyped {other:?}"),
+            })
+            .unwrap_or_else(|| panic!("{name} {labels:?} missing in:\n{}", self.text))
+    }
+}
+
 struct Running {
     system: ActorSystem,
     observer: Observer,
@@ -398,19 +427,8 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
     let mut text = String::new();
     render_remote(&stats, &[], Format::Text, &mut text);
     render_cluster(&status, Format::Text, &mut text);
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .expect("parses as Prometheus text");
-    let value = |name: &str, labels: &[(&str, &str)]| {
-        scrape
-            .samples
-            .iter()
-            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-            .map(|s| match s.value {
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
-                ref other => panic!("{name}: untyped {other:?}"),
-            })
-            .unwrap_or_else(|| panic!("{name} {labels:?} missing in:\n{text}"))
-    };
+    let scraped = Scraped::parse(&text);
+    let value = |name: &str, labels: &[(&str, &str)]| scraped.value(name, labels);
     assert_eq!(
         value(
             "troubadour_remote_frames_refused_total",
@@ -605,19 +623,8 @@ async fn each_peer_of_a_remote_node_has_its_state_and_traffic_in_metrics_and_the
     let text = observer
         .render_metrics(troubadour_observe::prometheus::Format::Text)
         .await;
-    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_string())))
-        .expect("parses as Prometheus text");
-    let value = |name: &str, labels: &[(&str, &str)]| {
-        scrape
-            .samples
-            .iter()
-            .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-            .map(|s| match s.value {
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) => v,
-                ref other => panic!("{name}: untyped {other:?}"),
-            })
-            .unwrap_or_else(|| panic!("{name} {labels:?} missing in:\n{text}"))
-    };
+    let scraped = Scraped::parse(&text);
+    let value = |name: &str, labels: &[(&str, &str)]| scraped.value(name, labels);
     let of_beta = [("peer", "beta"), ("incarnation", incarnation.as_str())];
     let state = |state: &str| {
         value(
