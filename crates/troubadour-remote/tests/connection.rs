@@ -334,6 +334,94 @@ async fn a_node_whose_certificate_names_another_node_is_refused_by_both_sides() 
     );
 }
 
+/// Where certificates cannot name the addresses (pods), the dialler can
+/// identify the other side by the node name it announces instead: the
+/// chain must still lead to the cluster's CA and the certificate must
+/// still carry that node name; only the dialled address need not be in it.
+#[tokio::test]
+async fn identified_by_node_name_a_certificate_without_the_address_is_accepted_and_nothing_else() {
+    let ca = Ca::new("cluster CA");
+    let a = endpoint(CLUSTER, "a", 1, ca.tls_without_address("a"));
+    let by_address = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let by_name = endpoint(
+        CLUSTER,
+        "b",
+        2,
+        ca.tls("b", &ca).identify_peers_by_node_name(),
+    );
+
+    // By default the dialled address must be in the certificate.
+    let (addr, _accepted) = serve_one(&a).await;
+    let err = guard(by_address.connect(addr, "127.0.0.1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::NotValidForName
+                    | CertificateError::NotValidForNameContext { .. }
+            }
+        ),
+        "{err}"
+    );
+    // By node name: accepted, and it is `a`.
+    let (addr, accepted) = serve_one(&a).await;
+    let conn = guard(by_name.connect(addr, "127.0.0.1")).await.unwrap();
+    assert_eq!(conn.peer().node_name, "a");
+    assert_eq!(
+        guard(accepted).await.unwrap().unwrap().peer().node_name,
+        "b"
+    );
+
+    // A certificate from another CA is still refused, whatever it names.
+    let other = Ca::new("another CA");
+    let stranger = endpoint(CLUSTER, "a", 3, other.tls_without_address("a"));
+    let (addr, _accepted) = serve_one(&stranger).await;
+    let err = guard(by_name.connect(addr, "127.0.0.1")).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::UnknownIssuer
+            }
+        ),
+        "{err}"
+    );
+
+    // A cluster certificate announcing a node name it does not carry is
+    // still refused.
+    let impostor = endpoint(CLUSTER, "c", 1, ca.tls_without_address("mallory"));
+    let (addr, _accepted) = serve_one(&impostor).await;
+    match guard(by_name.connect(addr, "127.0.0.1")).await.unwrap_err() {
+        ConnectError::NameNotInCertificate { node_name } => assert_eq!(node_name, "c"),
+        e => panic!("expected the name to be refused, got {e}"),
+    }
+
+    // A revoked certificate is still refused.
+    let revoked = endpoint(CLUSTER, "revoked", 1, ca.tls_without_address("revoked"));
+    let list = ca.revocation_list(&["revoked"]);
+    let checking = endpoint(
+        CLUSTER,
+        "d",
+        1,
+        ca.tls_revoking("d", &list).identify_peers_by_node_name(),
+    );
+    let (addr, _accepted) = serve_one(&revoked).await;
+    let err = guard(checking.connect(addr, "127.0.0.1"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::Revoked
+            }
+        ),
+        "{err}"
+    );
+}
+
 #[tokio::test]
 async fn another_protocol_version_is_refused() {
     let ca = Ca::new("cluster CA");

@@ -34,6 +34,14 @@ impl Ca {
         self.ca.tls_trusting(name, &trust.pem).unwrap()
     }
 
+    /// TLS config for a node whose certificate names only the node (and
+    /// `localhost`), no address: as for pods whose addresses are not
+    /// known when certificates are issued.
+    pub fn tls_without_address(&self, name: &str) -> TlsConfig {
+        let (cert, key) = self.ca.node_at(name, &[]).unwrap();
+        TlsConfig::from_pem(cert.as_bytes(), key.as_bytes(), self.pem.as_bytes()).unwrap()
+    }
+
     /// A revocation list (PEM) revoking what this CA issued to `nodes`.
     pub fn revocation_list(&self, nodes: &[&str]) -> String {
         self.ca.revocation_list(nodes).unwrap()
