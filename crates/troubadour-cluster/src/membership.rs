@@ -226,7 +226,7 @@ impl Membership {
         config: MembershipConfig,
     ) -> Result<Membership, MembershipError> {
         let myself = system.node();
-        let identity = MemberId::of(&myself, remote.local_addr());
+        let identity = MemberId::of(&myself, remote.advertised_addr());
         let rng = match config.seed {
             Some(seed) => StdRng::seed_from_u64(seed),
             None => rand::make_rng(),

@@ -383,6 +383,9 @@ pub enum RemoteError {
     Stopped,
     /// The system's actor is not on this node (a proxy cannot be exposed).
     NotLocal,
+    /// It listens on an unspecified address (`0.0.0.0`, `[::]`) and no
+    /// address to advertise was given.
+    NoAdvertisedAddress(SocketAddr),
 }
 
 impl fmt::Display for RemoteError {
@@ -407,6 +410,12 @@ impl fmt::Display for RemoteError {
             RemoteError::NotLocal => write!(
                 f,
                 "the actor is on another node; only this node's actors can be exposed here"
+            ),
+            RemoteError::NoAdvertisedAddress(listen) => write!(
+                f,
+                "listening on {listen}, an address no other node can dial: give the address \
+                 they reach this node at with `RemoteBuilder::advertise` (for example the pod's \
+                 IP and the same port)"
             ),
         }
     }
@@ -447,6 +456,7 @@ pub struct RemoteBuilder {
     cluster: String,
     security: Security,
     listen: Option<SocketAddr>,
+    advertise: Option<SocketAddr>,
     limits: Limits,
     config: Config,
     encoders: Encoders,
@@ -478,6 +488,18 @@ impl RemoteBuilder {
     /// see [`Remote::local_addr`]). Without it the node only dials.
     pub fn listen(mut self, addr: SocketAddr) -> Self {
         self.listen = Some(addr);
+        self
+    }
+
+    /// The address other nodes reach this one at, when it is not the
+    /// listen address: listening on every interface (`0.0.0.0:7355`) in a
+    /// pod or a container, or behind address translation. References to
+    /// this node's actors and its membership carry it. Without it, a node
+    /// listening on an unspecified address refuses to start
+    /// ([`RemoteError::NoAdvertisedAddress`]), since no peer could dial
+    /// `0.0.0.0`.
+    pub fn advertise(mut self, addr: SocketAddr) -> Self {
+        self.advertise = Some(addr);
         self
     }
 
@@ -562,6 +584,11 @@ impl RemoteBuilder {
         if let Some(e) = self.error.take() {
             return Err(e);
         }
+        if let (Some(listen), None) = (self.listen, self.advertise) {
+            if listen.ip().is_unspecified() {
+                return Err(RemoteError::NoAdvertisedAddress(listen));
+            }
+        }
         let listener = match self.listen {
             Some(addr) => Some(
                 self.endpoint(system)
@@ -600,6 +627,8 @@ impl RemoteBuilder {
         }
         let endpoint = self.endpoint(system);
         let local_addr = listener.as_ref().and_then(|l| l.local_addr().ok());
+        // What other nodes are told to dial.
+        let advertised = self.advertise.or(local_addr);
         let shared = Arc::new(Shared {
             system: system.clone(),
             runtime: system.tokio_handle().clone(),
@@ -609,9 +638,9 @@ impl RemoteBuilder {
             encoders: self.encoders,
             actor_types: self.actor_types,
             stats: Arc::default(),
-            listen_addr: local_addr,
+            listen_addr: advertised,
             wire_name: system.node().name().to_string(),
-            wire_address: local_addr.map(|a| a.to_string()),
+            wire_address: advertised.map(|a| a.to_string()),
             simulated,
             exports: RwLock::new(Exports::default()),
             peers: Mutex::new(Peers::default()),
@@ -627,6 +656,7 @@ impl RemoteBuilder {
         Ok(Remote {
             shared,
             local_addr,
+            advertised,
             accept_task,
         })
     }
@@ -689,6 +719,7 @@ pub(crate) fn attach(
 pub struct Remote {
     shared: Arc<Shared>,
     local_addr: Option<SocketAddr>,
+    advertised: Option<SocketAddr>,
     accept_task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -701,6 +732,7 @@ impl Remote {
             cluster: cluster.into(),
             security,
             listen: None,
+            advertise: None,
             limits: Limits::default(),
             config: Config::default(),
             encoders: Encoders::default(),
@@ -717,6 +749,12 @@ impl Remote {
     /// The address it listens on, if it listens.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.local_addr
+    }
+
+    /// The address other nodes are told to dial: the one given to
+    /// [`RemoteBuilder::advertise`], else the listen address.
+    pub fn advertised_addr(&self) -> Option<SocketAddr> {
+        self.advertised
     }
 
     /// The refusal and loss counters.

@@ -1106,6 +1106,51 @@ fn a_lost_peer_shows_disconnected_then_connected_again_with_its_totals_kept() {
     assert!(after.bytes_received > before.bytes_received, "{after:?}");
 }
 
+/// A node listening on every interface tells the others the address it
+/// advertises, and refuses to start without one.
+#[test]
+fn a_node_listening_on_every_interface_advertises_the_address_given() {
+    let ca = Ca::new("test CA");
+    let system = ActorSystem::builder().name("alpha").build();
+    let tls = || Security::Tls(ca.tls("alpha", &ca));
+    let wildcard: SocketAddr = "0.0.0.0:0".parse().unwrap();
+    let err = system
+        .block_on(builder(tls()).listen(wildcard).start(&system))
+        .unwrap_err();
+    assert!(
+        matches!(err, RemoteError::NoAdvertisedAddress(a) if a == wildcard),
+        "{err}"
+    );
+    assert!(err.to_string().contains("advertise"), "{err}");
+
+    // A free port, then every interface on it, advertised on loopback.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let advertised: SocketAddr = ([127, 0, 0, 1], port).into();
+    let alpha = system
+        .block_on(
+            builder(tls())
+                .listen(([0, 0, 0, 0], port).into())
+                .advertise(advertised)
+                .start(&system),
+        )
+        .unwrap();
+    assert_eq!(alpha.advertised_addr(), Some(advertised));
+    // Alpha dials beta: beta learns where alpha listens only from what
+    // alpha tells it.
+    let beta = node("beta", &ca, |b| b);
+    let local = beta.system.spawn(Store::default()).unwrap();
+    beta.remote.expose("store", &local).unwrap();
+    let store = system
+        .block_on(alpha.lookup::<Store>(beta.addr(), "store"))
+        .unwrap();
+    store.ask(Get).timeout(GUARD).wait().unwrap();
+    eventually(|| peer_seen_by(&beta.remote, "alpha").address == Some(advertised));
+}
+
 #[test]
 fn a_link_to_a_remote_actor_fails_the_local_one_with_the_remote_reason() {
     let (alpha, beta) = pair();
