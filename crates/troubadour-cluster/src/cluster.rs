@@ -572,6 +572,7 @@ impl Cluster {
             entities: s.entities,
             waiting: s.waiting,
             balanced: s.balanced,
+            shards_awaited: s.awaited,
             failovers: s.failovers,
             activations: s.counts.activations,
             passivations: s.counts.passivations,
@@ -621,6 +622,11 @@ pub struct ClusterStatus {
     /// over the live members (no shard to claim or hand over): a cluster
     /// whose nodes are all balanced has settled.
     pub balanced: bool,
+    /// Shards placement gives this node that it does not host yet (being
+    /// claimed, or handed over by their owner); `None` until the node has
+    /// read the lease store with a valid lease. A node serving its share
+    /// has 0: what a readiness probe waits for (`http::router`'s `/ready`).
+    pub shards_awaited: Option<usize>,
     /// Shards this node took over from lost nodes (owners that neither
     /// handed them over nor stayed live) since it started: each is a
     /// failover.

@@ -7,7 +7,13 @@
 //!   share);
 //! * `GET /health`: `200` while the node's lease is valid and it is not
 //!   leaving (it may serve its shards), `503` otherwise, with the same
-//!   JSON, so a probe sees why.
+//!   JSON, so a probe sees why;
+//! * `GET /ready`: `200` once, besides, the node hosts every shard
+//!   placement gives it (`shards_awaited` is 0), `503` while it waits for
+//!   them: a readiness probe that lets traffic in when the node serves its
+//!   share. A node handing shards over to a newcomer stays ready (it
+//!   still serves what it holds), so a joining node never makes the
+//!   others unready.
 //!
 //! Every node serves its own part; a cluster view is every node's.
 //!
@@ -26,12 +32,13 @@ use axum::{Json, Router};
 
 use crate::cluster::Cluster;
 
-/// The routes `/status` and `/health` for `cluster`, to mount in a
+/// The routes `/status`, `/health` and `/ready` for `cluster`, to mount in a
 /// service of your own or to [`serve`].
 pub fn router(cluster: Cluster) -> Router {
     Router::new()
         .route("/status", get(status))
         .route("/health", get(health))
+        .route("/ready", get(ready))
         .with_state(cluster)
 }
 
@@ -51,6 +58,20 @@ fn unavailable(e: impl std::fmt::Display) -> Response {
 async fn status(State(cluster): State<Cluster>) -> Response {
     match cluster.status().await {
         Ok(s) => Json(s).into_response(),
+        Err(e) => unavailable(e),
+    }
+}
+
+async fn ready(State(cluster): State<Cluster>) -> Response {
+    match cluster.status().await {
+        Ok(s) => {
+            let code = if s.lease_valid && !s.leaving && s.shards_awaited == Some(0) {
+                StatusCode::OK
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            (code, Json(s)).into_response()
+        }
         Err(e) => unavailable(e),
     }
 }

@@ -219,6 +219,9 @@ pub(crate) struct Region {
     left: bool,
     /// The last view needed no move to or from this node.
     balanced: bool,
+    /// Shards the last view's placement gives this node that it does not
+    /// hold yet; `None` until a view was read with a valid lease.
+    awaited: Option<usize>,
     /// Shards taken over from lost nodes.
     failovers: u64,
     /// Counters for operators (`ClusterStatus`).
@@ -307,6 +310,7 @@ pub(crate) struct RegionStatus {
     pub entities: usize,
     pub waiting: usize,
     pub balanced: bool,
+    pub awaited: Option<usize>,
     pub failovers: u64,
     /// From the latest store view: each owner with its shard count and
     /// whether its lease was valid.
@@ -376,6 +380,7 @@ impl Region {
             leave_waiters: Vec::new(),
             left: false,
             balanced: false,
+            awaited: None,
             failovers: 0,
             counts: RegionCounts::default(),
             sent_to: HashMap::new(),
@@ -613,6 +618,7 @@ impl Region {
         self.balanced = !moves
             .iter()
             .any(|m| m.to == self.key.name || m.from.as_deref() == Some(self.key.name.as_str()));
+        self.awaited = Some(moves.iter().filter(|m| m.to == self.key.name).count());
         let mut moving = vec![false; view.assignments.len()];
         for m in moves {
             moving[m.shard.get() as usize] = true;
@@ -1382,6 +1388,7 @@ impl Region {
             entities: self.hosted.values().map(|h| h.entities.len()).sum(),
             waiting: self.waiting_len,
             balanced: self.balanced && self.in_flight.is_empty(),
+            awaited: self.awaited,
             failovers: self.failovers,
             counts: self.counts,
             owners: self.view.as_ref().map_or_else(Vec::new, |view| {

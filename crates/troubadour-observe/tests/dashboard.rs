@@ -402,6 +402,7 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         entities: 12,
         waiting: 0,
         balanced: true,
+        shards_awaited: Some(0),
         failovers: 4,
         activations: 30,
         passivations: 18,
