@@ -8,7 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use realtime_map::app::{self, Config, Dashboard, SimulatorConfig};
 use realtime_map::ingest::Broker;
 use realtime_map::launcher::{self, LocalCluster, LocalClusterConfig};
-use realtime_map::node::{Node, NodeConfig, StoreLocation, TlsFiles};
+use realtime_map::node::{Node, NodeConfig, Seeds, StoreLocation, TlsFiles};
 use realtime_map::simulator::Simulation;
 use realtime_map::App;
 use std::net::SocketAddr;
@@ -85,9 +85,28 @@ struct NodeArgs {
     /// Where the other nodes reach this one (mutual TLS).
     #[arg(long, default_value = "127.0.0.1:7355")]
     cluster_listen: SocketAddr,
+    /// The address other nodes reach this one at, when --cluster-listen
+    /// is every interface (0.0.0.0:7355 in a pod: give the pod's IP).
+    #[arg(long, value_name = "ADDR")]
+    cluster_advertise: Option<SocketAddr>,
     /// Nodes to join through (their --cluster-listen), comma-separated.
-    #[arg(long, value_delimiter = ',', value_name = "ADDR,…")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "ADDR,…",
+        conflicts_with = "seeds_dns"
+    )]
     seeds: Vec<SocketAddr>,
+    /// Find the nodes to join through in DNS: a name whose A/AAAA records
+    /// are the nodes (a Kubernetes headless Service), and their port.
+    #[arg(long, value_name = "NAME:PORT", value_parser = parse_dns_seeds)]
+    seeds_dns: Option<(String, u16)>,
+    /// Identify the nodes this one dials by the node name their
+    /// certificate carries, not by the address dialled (pods, whose
+    /// addresses no certificate names). The certificate must still come
+    /// from the cluster's CA and name the node.
+    #[arg(long)]
+    tls_identify_by_node_name: bool,
     /// This node's certificate (PEM), signed by the cluster's CA.
     #[arg(long, value_name = "FILE", requires = "node")]
     tls_cert: Option<PathBuf>,
@@ -137,6 +156,20 @@ enum Command {
         #[arg(long)]
         print_ids: bool,
     },
+}
+
+/// `name:port`, as `--seeds-dns` takes it.
+fn parse_dns_seeds(s: &str) -> Result<(String, u16), String> {
+    let (name, port) = s
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{s:?} is not NAME:PORT (for example realtime-map-peers:7355)"))?;
+    let port = port
+        .parse()
+        .map_err(|_| format!("{port:?} in {s:?} is not a port number"))?;
+    if name.is_empty() {
+        return Err(format!("{s:?} has no name before the port"));
+    }
+    Ok((name.to_string(), port))
 }
 
 /// `60s`, `500ms`, `5m`, `1h`, or plain seconds.
@@ -262,8 +295,13 @@ async fn serve_node(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         cluster: args.cluster_name,
         listen: cli.listen,
         cluster_listen: args.cluster_listen,
-        seeds: args.seeds,
+        cluster_advertise: args.cluster_advertise,
+        seeds: match args.seeds_dns {
+            Some((name, port)) => Seeds::Dns { name, port },
+            None => Seeds::Static(args.seeds),
+        },
         tls,
+        tls_identify_by_node_name: args.tls_identify_by_node_name,
         lease_store: args.lease_store,
         state_store: args.state_store,
         mqtt,

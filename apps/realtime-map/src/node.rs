@@ -20,7 +20,7 @@ use std::time::Duration;
 use tokio::sync::{broadcast, oneshot, watch};
 use tokio::task::JoinHandle;
 use troubadour::{ActorSystem, ShutdownError, SpawnOptions};
-use troubadour_cluster::discovery::StaticSeeds;
+use troubadour_cluster::discovery::{DnsSeeds, StaticSeeds};
 use troubadour_cluster::{
     with_cluster, Cluster, LeaseStore, MembershipConfig, PostgresLeaseStore, ShardCount,
     SqliteLeaseStore,
@@ -116,10 +116,16 @@ pub struct NodeConfig {
     pub listen: SocketAddr,
     /// Where other nodes reach this one (mutual TLS).
     pub cluster_listen: SocketAddr,
-    /// Nodes to join through (their `cluster_listen`); empty for the first.
-    pub seeds: Vec<SocketAddr>,
+    /// The address other nodes are told to dial, when `cluster_listen` is
+    /// every interface.
+    pub cluster_advertise: Option<SocketAddr>,
+    /// Nodes to join through.
+    pub seeds: Seeds,
     /// Certificates.
     pub tls: TlsFiles,
+    /// Identify dialled nodes by the node name in their certificate, not
+    /// by the address dialled (pods).
+    pub tls_identify_by_node_name: bool,
     /// Where shard leases live: the one authority on who owns what.
     pub lease_store: StoreLocation,
     /// Where the vehicles' states are flushed.
@@ -143,6 +149,21 @@ pub struct NodeConfig {
     pub workers: Option<usize>,
     /// Where the runtime's dashboard is served.
     pub dashboard: Dashboard,
+}
+
+/// Where a node finds the others to join through.
+#[derive(Clone, Debug)]
+pub enum Seeds {
+    /// These addresses (their `cluster_listen`); empty for the first node.
+    Static(Vec<SocketAddr>),
+    /// The A/AAAA records of `name` (a Kubernetes headless Service), at
+    /// `port`; asked again while the node sees no other member.
+    Dns {
+        /// The name to resolve.
+        name: String,
+        /// The nodes' cluster port.
+        port: u16,
+    },
 }
 
 /// Why a node did not start.
@@ -244,19 +265,26 @@ impl Node {
         listener: tokio::net::TcpListener,
         http: SocketAddr,
     ) -> Result<Parts, NodeError> {
-        let tls = read_tls(&config.tls)?;
-        let remote = with_cluster(Remote::builder(&config.cluster, Security::Tls(tls)))
+        let mut tls = read_tls(&config.tls)?;
+        if config.tls_identify_by_node_name {
+            tls = tls.identify_peers_by_node_name();
+        }
+        let mut remote = with_cluster(Remote::builder(&config.cluster, Security::Tls(tls)))
             .register::<crate::hfp::Position>()
             .register::<crate::fleet::GetState>()
             .register::<NodeBatch>()
             .register::<InBox>()
             .register::<Summarize>()
-            .listen(config.cluster_listen)
+            .listen(config.cluster_listen);
+        if let Some(addr) = config.cluster_advertise {
+            remote = remote.advertise(addr);
+        }
+        let remote = remote
             .start(&system.handle())
             .await
             .map_err(|e| NodeError::Remote(e.to_string()))?;
         let cluster_addr = remote
-            .local_addr()
+            .advertised_addr()
             .ok_or_else(|| NodeError::Remote("no listen address".into()))?;
 
         let (behind, store_stats) = match &config.state_store {
@@ -330,7 +358,7 @@ impl Node {
                 node_name.clone(),
             );
             let before_handoff = behind.clone();
-            Cluster::builder(leases)
+            let builder = Cluster::builder(leases)
                 .shards(config.shards)
                 .lease(
                     config.lease,
@@ -352,8 +380,16 @@ impl Node {
                             tracing::warn!("flush before a handoff failed: {e}");
                         }
                     })
-                })
-                .discovery(StaticSeeds::new(config.seeds.iter().copied()))
+                });
+            let builder = match &config.seeds {
+                Seeds::Static(addrs) => builder.discovery(StaticSeeds::new(addrs.iter().copied())),
+                Seeds::Dns { name, port } => {
+                    builder.discovery(DnsSeeds::addresses(name.clone(), *port).map_err(|e| {
+                        NodeError::Cluster(format!("cannot look up seeds in DNS: {e}"))
+                    })?)
+                }
+            };
+            builder
                 .start(&system.handle(), &remote)
                 .await
                 .map_err(|e| NodeError::Cluster(e.to_string()))?
