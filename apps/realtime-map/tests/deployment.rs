@@ -2,16 +2,16 @@
 //! (`deploy/kubernetes/`): listening on every interface and advertising
 //! their own address, finding each other through DNS (a headless
 //! Service's name; here `localhost`, which resolves to the first node),
-//! certificates that name the node but no address, peers identified by
-//! node name. Both become ready (`/cluster/node/ready`) once they serve
-//! their share of the shards.
+//! certificates that name the node but no address, made by the script
+//! the deployment guide uses (`deploy/kubernetes/make-certs`, openssl),
+//! peers identified by node name. Both become ready
+//! (`/cluster/node/ready`) once they serve their share of the shards.
 
 use serde_json::Value;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-use troubadour_remote::dev_certs::DevCa;
 
 fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
     let start = Instant::now();
@@ -127,11 +127,14 @@ fn start_node(
 fn nodes_started_as_in_kubernetes_find_each_other_through_dns_and_become_ready() {
     let dir = std::env::temp_dir().join(format!("realtime-map-deploy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let ca = DevCa::new("deployment test CA").unwrap();
-    for name in ["node-0", "node-1"] {
-        // No address in the certificates: pods' addresses change.
-        ca.write_node_at(&dir, name, &[]).unwrap();
-    }
+    // No address in the certificates: pods' addresses change.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/make-certs");
+    let made = Command::new(script)
+        .arg(&dir)
+        .args(["node-0", "node-1"])
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "make-certs: {made:?}");
     let broker = realtime_map::broker::start("127.0.0.1:0".parse().unwrap()).unwrap();
     // The first node is its own seed, as a pod finds itself behind the
     // headless Service; the second finds the first.
