@@ -128,7 +128,10 @@ fn nodes_started_as_in_kubernetes_find_each_other_through_dns_and_become_ready()
     let dir = std::env::temp_dir().join(format!("realtime-map-deploy-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     // No address in the certificates: pods' addresses change.
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../deploy/kubernetes/make-certs");
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes/make-certs"
+    );
     let made = Command::new(script)
         .arg(&dir)
         .args(["node-0", "node-1"])

@@ -110,8 +110,11 @@ pub(crate) struct Peer {
     lost: AtomicBool,
     closed: Notify,
     /// The trace context of the next message frame received, which the
-    /// peer sent just before it (`trace_context.rs`).
+    /// peer sent just before it (`trace_context.rs`), and whether there is
+    /// one: an untraced message does not take the lock. Only the reader
+    /// dispatches, so neither races.
     incoming_trace: Mutex<Option<TraceContext>>,
+    traced: AtomicBool,
     /// In a simulated connection: the answers to incoming asks, awaited by
     /// the simulation (`sim.rs`); `None` on a real one (tokio tasks).
     pub(crate) answers: Option<Mutex<Vec<crate::messages::AnswerFuture>>>,
@@ -156,6 +159,7 @@ impl Peer {
             lost: AtomicBool::new(false),
             closed: Notify::new(),
             incoming_trace: Mutex::new(None),
+            traced: AtomicBool::new(false),
             answers: shared.simulated.then(|| Mutex::new(Vec::new())),
             sim_decoder: shared
                 .simulated
@@ -657,14 +661,16 @@ impl Peer {
                 self.on_exit(h.receiver, &frame.payload)
             }
             Kind::Message if h.code == SYSTEM_TRACE => {
-                *lock(&self.incoming_trace) = TraceContext::from_bytes(&frame.payload);
+                let trace = TraceContext::from_bytes(&frame.payload);
+                self.traced.store(trace.is_some(), Ordering::Relaxed);
+                *lock(&self.incoming_trace) = trace;
             }
             Kind::Message => {
-                let trace = lock(&self.incoming_trace).take();
+                let trace = self.take_trace();
                 self.on_message(h.code, h.receiver, &frame.payload, None, trace)
             }
             Kind::Ask => {
-                let trace = lock(&self.incoming_trace).take();
+                let trace = self.take_trace();
                 self.on_message(h.code, h.receiver, &frame.payload, Some(h.sender), trace)
             }
             Kind::Reply => {
@@ -701,6 +707,16 @@ impl Peer {
             // control code: nothing to do with it.
             _ => {}
         }
+    }
+
+    /// The trace context sent just before the message being dispatched.
+    fn take_trace(&self) -> Option<TraceContext> {
+        // A plain load (no locked instruction) on the common path.
+        if !self.traced.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.traced.store(false, Ordering::Relaxed);
+        lock(&self.incoming_trace).take()
     }
 
     fn on_message(
