@@ -1,35 +1,44 @@
-//! troubadour across processes: the wire format.
+//! troubadour across processes: an actor on another node is an ordinary
+//! `ActorRef`, reached over mutual TLS.
 //!
-//! What exists today is what a connection reads and writes, with no
-//! sockets under it:
+//! [`Remote`] puts a system on the network: it listens (and advertises the
+//! address peers reach it at), exposes local actors by name, looks up other
+//! nodes' actors, and hands out `ActorRef`s and `Recipient`s whose `tell`,
+//! `ask`, `monitor` and `link` work unchanged; references inside messages
+//! travel too. Guarantees (per sender-receiver order, asks that always end,
+//! monitors and links that fire with `NoConnection` when a node is lost)
+//! are those of `DISTRIBUTION.md`.
+//!
+//! By layer:
 //!
 //! * [`frame`]: the 32-byte frame header, the three lanes (control, user,
-//!   large) and their caps, an encoder writing frames straight into a
-//!   `Vec<u8>` or `BytesMut`, and an incremental decoder that takes bytes in
-//!   pieces of any size, checks a frame's length against its lane's cap
-//!   before keeping its payload, and never panics on any input.
+//!   large) and their caps, checked before a payload is kept; a decoder
+//!   that never panics on any input.
 //! * [`codec`]: payloads as serde types encoded with postcard, decoded
 //!   under a nesting limit, and only for types registered under a stable
-//!   name (an allow-list).
-//! * [`handshake`]: the handshake frame's content (cluster name, protocol
-//!   version, node name, incarnation).
-//! * [`connection`]: establishing a connection over tokio TCP with rustls
-//!   mutual TLS (certificates from the cluster's CA, both sides), then the
-//!   handshake exchange, refusing another CA, no certificate, another
-//!   cluster, another protocol version or an incarnation declared down,
-//!   all within a timeout; plaintext only on loopback
-//!   (`docs/decisions/0018-remote-connection.md`).
+//!   name (an allow-list: [`RemoteMessage`], [`RemoteActor`]).
+//! * [`handshake`], [`connection`]: mutual TLS with certificates from the
+//!   cluster's CA (revocation lists when given; a node's name must be one
+//!   its certificate carries), then the handshake; plaintext only on
+//!   loopback (`docs/decisions/0018-remote-connection.md`).
+//! * The connections themselves (private): coalesced writes from the
+//!   sending actor's thread, heartbeats, reconnection with backoff, nodes
+//!   declared down; control channels for extension crates
+//!   ([`Remote::control_channel`]; the cluster's membership uses one).
+//! * [`Remote::peers`]: each other node's connection state and the bytes
+//!   and frames both ways, with [`RemoteStats`] for what was refused.
 //!
 //! Which errors close a connection and which only dead-letter one message
 //! is decided in `docs/decisions/0017-remote-wire-format.md`: a
 //! [`frame::FrameError`] closes it; a [`codec::MessageError`] concerns one
 //! message.
 //!
-//! Next, in this crate (issue 14): message lanes on an established
-//! connection (control before user, frames coalesced per write, a bounded
-//! outbound queue per peer), heartbeats, reconnect with backoff, remote
-//! `ActorRef`s and references inside messages, and remote links and
-//! monitors over the control lane.
+//! Features: `macros` (on by default: `#[derive(RemoteMessage)]`,
+//! `#[derive(RemoteActor)]`); `dev-certs` (a CA made on the spot, for tests
+//! and examples only); `simulation` (socketless remotes driven by the test
+//! kit's simulated network); `opentelemetry` (a message sent inside a
+//! traced span carries its trace context, so the span tree crosses nodes:
+//! `docs/decisions/0027-trace-context.md`).
 //!
 //! Unlike Erlang's distribution, which trusts the peer once the cookie
 //! matched and decodes any term it sends, this layer decodes only
