@@ -3,7 +3,7 @@
 //! view ("where are my `Vehicle`s, and which node works hardest?").
 //!
 //! This node answers from its own table; with the remote layer (feature
-//! `remote`, [`Observer::with_remote`]) it also asks every node it is
+//! `remote`, `Observer::with_remote`) it also asks every node it is
 //! connected to, over the control channel `troubadour.observe.kind`, and
 //! waits for their answers up to [`ASK_TIMEOUT`]: a node that does not
 //! answer (it has no observer, or is slow) is listed as unanswered, never

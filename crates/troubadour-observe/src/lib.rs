@@ -30,7 +30,16 @@
 //! server-sent events once a second.
 //!
 //! Layers: [`prometheus`] writes the exposition formats; [`observer`]
-//! samples the system while someone watches; [`http`] serves both.
+//! samples the system while someone watches; [`kinds`] answers for one
+//! kind of actor on this node and asks the other nodes; [`http`] serves
+//! it all.
+//!
+//! Features: `remote` (the other nodes' connections and traffic, and the
+//! kind view across nodes: `Observer::with_remote`), `cluster`
+//! (membership, shards, leases: `Observer::with_cluster`), `persistence`
+//! (a store's writes and latency: `Observer::with_store`), `otlp` (spans,
+//! one tree per request across actors and nodes, and the runtime's metrics
+//! to an OpenTelemetry collector: `otlp::Telemetry`).
 
 #![warn(missing_docs)]
 

@@ -141,10 +141,10 @@ pub struct Overview {
     /// The latest dead letters, newest first.
     pub recent_dead_letters: Vec<DeadLetterRow>,
     /// The cluster, when the observer was given one
-    /// ([`Observer::with_cluster`], feature `cluster`).
+    /// (`Observer::with_cluster`, feature `cluster`).
     pub cluster: Option<ClusterPanel>,
     /// The other nodes, when the observer was given the remote layer
-    /// ([`Observer::with_remote`], feature `remote`).
+    /// (`Observer::with_remote`, feature `remote`).
     pub network: Option<NetworkPanel>,
 }
 

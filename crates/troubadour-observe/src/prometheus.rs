@@ -23,7 +23,7 @@
 //! The per-kind families are present only when the system
 //! [observes](troubadour::ActorSystemBuilder::observe) its actors.
 //!
-//! With the remote layer (feature `remote`, [`render_remote`]):
+//! With the remote layer (feature `remote`, `render_remote`):
 //!
 //! | family | type | labels |
 //! |---|---|---|
@@ -36,7 +36,7 @@
 //! | `troubadour_remote_frames_sent_total`, `troubadour_remote_frames_received_total` | counter | `peer`, `incarnation` |
 //! | `troubadour_remote_connections_established_total` | counter | `peer`, `incarnation` |
 //!
-//! With the cluster (feature `cluster`, [`render_cluster`]), all labelled
+//! With the cluster (feature `cluster`, `render_cluster`), all labelled
 //! `node` (the node reporting):
 //!
 //! | family | type | more labels |
@@ -55,7 +55,7 @@
 //! | `troubadour_cluster_lease_renewal_seconds_total` | counter | (summed; over the renewals, the mean) |
 //! | `troubadour_cluster_lease_renewal_last_seconds` | gauge | |
 //!
-//! With persistence stores (feature `persistence`, [`render_stores`]),
+//! With persistence stores (feature `persistence`, `render_stores`),
 //! labelled `store` (`sqlite`, `postgres`):
 //!
 //! | family | type |
