@@ -7,37 +7,17 @@
 //! peers identified by node name. Both become ready
 //! (`/cluster/node/ready`) once they serve their share of the shards.
 
+mod common;
+use common::{eventually, get_json};
+
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-fn eventually<T>(what: &str, mut check: impl FnMut() -> Option<T>) -> T {
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(90),
-            "gave up waiting until {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn get_json(addr: SocketAddr, path: &str) -> Option<(u16, Value)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let status = response.get(9..12)?.parse().ok()?;
-    let body = response.split_once("\r\n\r\n")?.1;
-    Some((status, serde_json::from_str(body).ok()?))
-}
+/// Bounds a broken run only.
+const LIMIT: Duration = Duration::from_secs(90);
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -148,7 +128,7 @@ fn nodes_started_as_in_kubernetes_find_each_other_through_dns_and_become_ready()
     // Both ready: each hosts its share, and they see each other at the
     // advertised addresses, not at 0.0.0.0.
     let hosted = |s: &Value| s["shards"].as_array().map_or(0, Vec::len);
-    eventually("both nodes are ready with the shards spread", || {
+    eventually("both nodes are ready with the shards spread", LIMIT, || {
         let (a, sa) = get_json(first.http, "/cluster/node/ready")?;
         let (b, sb) = get_json(second.http, "/cluster/node/ready")?;
         (a == 200

@@ -29,23 +29,8 @@ fn get(addr: SocketAddr, path: &str) -> (u16, serde_json::Value) {
 #[test]
 fn status_and_health_say_what_the_node_hosts_and_whether_it_may_serve() {
     let ca = DevCa::new("http test CA").unwrap();
-    let system = ActorSystem::builder().name("solo").build();
-    let remote = tls_remote(&system, &ca, "http-test", "solo", |b| b);
-    let store = Arc::new(MemoryLeaseStore::new());
-    let cluster = system
-        .block_on(
-            Cluster::builder(store)
-                .shards(ShardCount::new(16).unwrap())
-                .start(&system, &remote),
-        )
-        .unwrap();
-    let listener = system
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    system
-        .tokio_handle()
-        .spawn(troubadour_cluster::http::serve(cluster.clone(), listener));
+    let solo = served(&ca, "solo", &Arc::new(MemoryLeaseStore::new()));
+    let (system, cluster, addr) = (&solo.system, &solo.cluster, solo.addr);
 
     // Alone, the node takes every shard once its lease is granted.
     eventually("the node hosts all 16 shards", || {
