@@ -617,13 +617,20 @@ impl Peer {
         loop {
             // References inside what arrived resolve against this peer.
             let mut dispatch_all = || {
-                with_ref_codec(&codec, || loop {
+                // Counted once per read, not per frame.
+                let mut frames = 0;
+                let framing = with_ref_codec(&codec, || loop {
                     match decoder.decode() {
-                        Ok(Some(frame)) => self.dispatch(frame),
+                        Ok(Some(frame)) => {
+                            frames += 1;
+                            self.dispatch(frame);
+                        }
                         Ok(None) => return None,
                         Err(e) => return Some(e),
                     }
-                })
+                });
+                self.link.traffic.received.add(0, frames);
+                framing
             };
             let framing = match &runner {
                 Some(runner) => runner.deliver(dispatch_all),
@@ -651,7 +658,6 @@ impl Peer {
     }
 
     fn dispatch(self: &Arc<Self>, frame: Frame) {
-        self.link.traffic.received.add(0, 1);
         let h = frame.header;
         match h.kind {
             Kind::Message if h.code == wire::SYSTEM_DOWN => {

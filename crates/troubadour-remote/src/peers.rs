@@ -2,8 +2,8 @@
 //! what crossed it, for dashboards and metrics (`troubadour-observe`).
 //!
 //! Reading costs one lock per known node and a few relaxed loads; the
-//! counting costs the connection one relaxed add per frame received and
-//! per write, the frames sent being counted under the lock their encoding
+//! counting costs the connection a relaxed add or two per read and per
+//! write, the frames sent being counted under the lock their encoding
 //! holds anyway.
 
 use std::net::SocketAddr;

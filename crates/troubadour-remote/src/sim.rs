@@ -132,13 +132,19 @@ impl SimConnection {
             let mut decoder = decoder.lock().unwrap_or_else(|p| p.into_inner());
             self.peer.link.traffic.received.add(bytes.len() as u64, 0);
             decoder.feed(bytes);
-            loop {
+            let mut frames = 0;
+            let framing = loop {
                 match decoder.decode() {
-                    Ok(Some(frame)) => self.peer.dispatch_frame(frame),
-                    Ok(None) => return None,
-                    Err(e) => return Some(e),
+                    Ok(Some(frame)) => {
+                        frames += 1;
+                        self.peer.dispatch_frame(frame);
+                    }
+                    Ok(None) => break None,
+                    Err(e) => break Some(e),
                 }
-            }
+            };
+            self.peer.link.traffic.received.add(0, frames);
+            framing
         });
         if let Some(e) = failed {
             self.peer.lose_for(format!("framing error: {e}"));
