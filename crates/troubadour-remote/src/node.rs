@@ -93,8 +93,10 @@ pub(crate) struct Shared {
     pub encoders: Encoders,
     pub actor_types: HashMap<TypeId, ExportActorFn>,
     pub stats: Arc<RemoteStats>,
-    pub listen_addr: Option<SocketAddr>,
-    /// This node's name and listen address as references carry them.
+    /// Where other nodes are told to dial this one (`RemoteBuilder::advertise`,
+    /// else the listen address).
+    pub advertised_addr: Option<SocketAddr>,
+    /// This node's name and advertised address as references carry them.
     wire_name: String,
     wire_address: Option<String>,
     /// No sockets: connections are made and driven by a simulation.
@@ -638,7 +640,7 @@ impl RemoteBuilder {
             encoders: self.encoders,
             actor_types: self.actor_types,
             stats: Arc::default(),
-            listen_addr: advertised,
+            advertised_addr: advertised,
             wire_name: system.node().name().to_string(),
             wire_address: advertised.map(|a| a.to_string()),
             simulated,
@@ -656,7 +658,6 @@ impl RemoteBuilder {
         Ok(Remote {
             shared,
             local_addr,
-            advertised,
             accept_task,
         })
     }
@@ -719,7 +720,6 @@ pub(crate) fn attach(
 pub struct Remote {
     shared: Arc<Shared>,
     local_addr: Option<SocketAddr>,
-    advertised: Option<SocketAddr>,
     accept_task: Option<tokio::task::JoinHandle<()>>,
 }
 
@@ -754,7 +754,7 @@ impl Remote {
     /// The address other nodes are told to dial: the one given to
     /// [`RemoteBuilder::advertise`], else the listen address.
     pub fn advertised_addr(&self) -> Option<SocketAddr> {
-        self.advertised
+        self.shared.advertised_addr
     }
 
     /// The refusal and loss counters.

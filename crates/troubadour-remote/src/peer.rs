@@ -179,7 +179,7 @@ impl Peer {
             .store(matches!(stream, Stream::Tls(_)), Ordering::Release);
         self.established();
         self.queue_control(&Control::Hello {
-            listen: self.shared.listen_addr.map(|a| a.to_string()),
+            listen: self.shared.advertised_addr.map(|a| a.to_string()),
         });
         let (reader, writer) = tokio::io::split(stream);
         *lock(&self.writer) = Some(writer);
@@ -775,19 +775,7 @@ impl Peer {
                 asked,
             )
         };
-        // Delivered inside a span joined to the sender's trace: the
-        // message's node records it as its sender span.
-        #[cfg(feature = "opentelemetry")]
-        let delivered = match trace {
-            Some(trace) => trace_context::receive_span(trace, name, &self.node).in_scope(deliver),
-            None => deliver(),
-        };
-        #[cfg(not(feature = "opentelemetry"))]
-        let delivered = {
-            let _ = trace;
-            deliver()
-        };
-        match delivered {
+        match trace_context::delivered_in(trace, name, &self.node, deliver) {
             Delivered::Ok => {}
             Delivered::Undecodable(e) => {
                 stats.undecodable.fetch_add(1, Ordering::Relaxed);

@@ -92,18 +92,23 @@ pub(crate) fn current() -> Option<TraceContext> {
     None
 }
 
-/// The span a message from `from` is delivered in: a child of the sender's
-/// context.
+/// Runs `deliver` (the message's delivery to its actor) inside a span
+/// joined to the sender's trace, when it sent one: the message's node
+/// records that span as its sender's.
 #[cfg(feature = "opentelemetry")]
-pub(crate) fn receive_span(
-    context: TraceContext,
+pub(crate) fn delivered_in<R>(
+    context: Option<TraceContext>,
     message: &'static str,
     from: &troubadour::NodeId,
-) -> tracing::Span {
+    deliver: impl FnOnce() -> R,
+) -> R {
     use opentelemetry::trace::{
         SpanContext, SpanId, TraceContextExt, TraceFlags, TraceId, TraceState,
     };
     use tracing_opentelemetry::OpenTelemetrySpanExt;
+    let Some(context) = context else {
+        return deliver();
+    };
     let remote = SpanContext::new(
         TraceId::from_bytes(context.trace_id),
         SpanId::from_bytes(context.span_id),
@@ -120,7 +125,19 @@ pub(crate) fn receive_span(
     // Fails only without an OpenTelemetry layer: the span then has no
     // trace to join, and nothing is exported anyway.
     let _ = span.set_parent(opentelemetry::Context::new().with_remote_span_context(remote));
-    span
+    span.in_scope(deliver)
+}
+
+/// Without the feature a received context is dropped.
+#[cfg(not(feature = "opentelemetry"))]
+#[inline(always)]
+pub(crate) fn delivered_in<R>(
+    _: Option<TraceContext>,
+    _: &'static str,
+    _: &troubadour::NodeId,
+    deliver: impl FnOnce() -> R,
+) -> R {
+    deliver()
 }
 
 #[cfg(test)]
