@@ -264,14 +264,8 @@ fn register_runtime_metrics(meter: &Meter, system: SystemHandle) {
         .u64_observable_counter("troubadour.dead_letters")
         .with_description("Dead letters, by reason.")
         .with_callback(move |o| {
-            let d = s.metrics().dead_letters;
-            for (reason, n) in [
-                ("recipient_stopped", d.recipient_stopped),
-                ("discarded_at_stop", d.discarded_at_stop),
-                ("lost", d.lost),
-                ("mailbox_full", d.mailbox_full),
-            ] {
-                o.observe(n, &[KeyValue::new("reason", reason)]);
+            for (reason, n) in s.metrics().dead_letters.by_reason() {
+                o.observe(n, &[KeyValue::new("reason", reason.as_str())]);
             }
         })
         .build();

@@ -184,13 +184,12 @@ pub fn render(metrics: &RuntimeMetrics, format: Format, out: &mut String) {
         Kind::Counter,
         "Messages that could not be handled, by reason.",
     );
-    for (reason, n) in [
-        ("recipient_stopped", dead.recipient_stopped),
-        ("discarded_at_stop", dead.discarded_at_stop),
-        ("lost", dead.lost),
-        ("mailbox_full", dead.mailbox_full),
-    ] {
-        w.sample("troubadour_dead_letters_total", &[("reason", reason)], n);
+    for (reason, n) in dead.by_reason() {
+        w.sample(
+            "troubadour_dead_letters_total",
+            &[("reason", reason.as_str())],
+            n,
+        );
     }
     let workers = &metrics.workers;
     w.family(

@@ -203,6 +203,18 @@ impl DeadLetterCounts {
     pub fn total(&self) -> u64 {
         self.recipient_stopped + self.discarded_at_stop + self.lost + self.mailbox_full
     }
+
+    /// Each reason with its count, for a metric labelled by reason
+    /// ([`DeadLetterReason::as_str`](crate::DeadLetterReason::as_str)).
+    pub fn by_reason(&self) -> [(crate::DeadLetterReason, u64); 4] {
+        use crate::DeadLetterReason as R;
+        [
+            (R::RecipientStopped, self.recipient_stopped),
+            (R::DiscardedAtStop, self.discarded_at_stop),
+            (R::Lost, self.lost),
+            (R::MailboxFull, self.mailbox_full),
+        ]
+    }
 }
 
 /// What the scheduler's worker threads are doing.
