@@ -834,16 +834,7 @@ fn network_panel(
         .collect();
     *previous = now;
     NetworkPanel {
-        frames_refused: [
-            &stats.unknown_type,
-            &stats.undecodable,
-            &stats.no_such_actor,
-            &stats.mailbox_full,
-            &stats.unknown_channel,
-        ]
-        .into_iter()
-        .map(RemoteStats::get)
-        .sum(),
+        frames_refused: stats.frames_refused().iter().map(|(_, n)| n).sum(),
         connections_lost: RemoteStats::get(&stats.connections_lost),
         handshakes_refused: RemoteStats::get(&stats.handshakes_refused),
         peers,

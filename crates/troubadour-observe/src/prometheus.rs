@@ -312,14 +312,8 @@ pub fn render_remote(
         Kind::Counter,
         "Frames from other nodes refused, by reason.",
     );
-    for (reason, counter) in [
-        ("unknown_type", &stats.unknown_type),
-        ("undecodable", &stats.undecodable),
-        ("no_such_actor", &stats.no_such_actor),
-        ("mailbox_full", &stats.mailbox_full),
-        ("unknown_channel", &stats.unknown_channel),
-    ] {
-        w.sample(name, &[("reason", reason)], RemoteStats::get(counter));
+    for (reason, n) in stats.frames_refused() {
+        w.sample(name, &[("reason", reason)], n);
     }
     for (name, help, counter) in [
         (

@@ -81,6 +81,19 @@ impl RemoteStats {
     pub fn get(counter: &AtomicU64) -> u64 {
         counter.load(Ordering::Relaxed)
     }
+
+    /// The frames refused on the receiving side, by reason (`unknown_type`,
+    /// `undecodable`, `no_such_actor`, `mailbox_full`, `unknown_channel`),
+    /// for a metric labelled by reason.
+    pub fn frames_refused(&self) -> [(&'static str, u64); 5] {
+        [
+            ("unknown_type", Self::get(&self.unknown_type)),
+            ("undecodable", Self::get(&self.undecodable)),
+            ("no_such_actor", Self::get(&self.no_such_actor)),
+            ("mailbox_full", Self::get(&self.mailbox_full)),
+            ("unknown_channel", Self::get(&self.unknown_channel)),
+        ]
+    }
 }
 
 /// What every connection of one [`Remote`] shares.
