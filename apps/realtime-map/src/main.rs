@@ -192,6 +192,16 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(secs).map_err(|e| format!("`{s}`: {e}"))
 }
 
+/// A line on stdout for whoever started the process (a person, a script,
+/// the local cluster's launcher). A server keeps serving when that reader
+/// has gone: unlike `println!`, a closed stdout is no reason to die.
+macro_rules! announce {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stdout(), $($arg)*);
+    }};
+}
+
 #[tokio::main]
 async fn main() -> ExitCode {
     tracing_subscriber::fmt()
@@ -245,12 +255,12 @@ async fn serve(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         0 => "no simulator".to_string(),
         n => format!("{n} simulated buses"),
     };
-    println!(
+    announce!(
         "realtime-map: {sim}, positions from {}\nopen http://{}/  (API: /vehicle?id=<oper>/<veh>, /vehicles?bbox=minlon,minlat,maxlon,maxlat, /metrics); Ctrl-C stops",
         app.broker(),
         app.http_addr()
     );
-    println!("dashboard {}", app.dashboard_url());
+    announce!("dashboard {}", app.dashboard_url());
     tokio::signal::ctrl_c().await?;
     eprintln!("realtime-map: shutting down");
     app.shutdown().await?;
@@ -314,7 +324,7 @@ async fn serve_node(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         dashboard,
     };
     let node = Node::start(config).await?;
-    println!(
+    announce!(
         "{}",
         launcher::ready_line(node.name(), node.http_addr(), node.cluster_addr())
     );
@@ -376,14 +386,14 @@ async fn local_cluster(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mut cluster = tokio::task::spawn_blocking(move || LocalCluster::start(&config)).await??;
     for node in &cluster.nodes {
-        println!(
+        announce!(
             "node {} pid {} http://{}",
             node.number,
             node.child.id(),
             node.http
         );
     }
-    println!(
+    announce!(
         "realtime-map: {nodes} nodes, positions from {broker}{}; Ctrl-C stops them all",
         if cli.no_simulator {
             String::new()
@@ -400,7 +410,7 @@ async fn local_cluster(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             _ = check.tick() => {
                 for node in cluster.newly_exited() {
                     let how = node.exited.map(|s| s.to_string()).unwrap_or_default();
-                    println!("node {} pid {} exited ({how})", node.number, node.child.id());
+                    announce!("node {} pid {} exited ({how})", node.number, node.child.id());
                 }
             }
         }
@@ -438,7 +448,7 @@ async fn simulate_only(
     }
     let (stop, stopped) = watch::channel(false);
     let tasks = app::spawn_simulator(&broker, simulation, Duration::from_secs(1), &stopped);
-    println!("realtime-map: publishing {vehicles} simulated buses to {broker}; Ctrl-C stops");
+    announce!("realtime-map: publishing {vehicles} simulated buses to {broker}; Ctrl-C stops");
     tokio::signal::ctrl_c().await?;
     let _ = stop.send(true);
     for task in tasks {

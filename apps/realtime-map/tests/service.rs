@@ -609,9 +609,9 @@ fn the_binary_serves_and_stops_cleanly_on_ctrl_c() {
         .stderr(Stdio::null())
         .spawn()
         .expect("start the binary");
-    let stdout = child.stdout.take().expect("stdout");
-    let url = BufReader::new(stdout)
-        .lines()
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let url = lines
+        .by_ref()
         .map_while(Result::ok)
         .find_map(|line| {
             line.split_whitespace()
@@ -620,6 +620,10 @@ fn the_binary_serves_and_stops_cleanly_on_ctrl_c() {
                 .map(str::to_string)
         })
         .expect("the binary prints `open <url>`");
+    // The binary prints more after the URL (the dashboard's address): keep
+    // reading, as a terminal would, so that it never writes into a closed
+    // pipe (it would die of it, and every request here be refused).
+    std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
     let addr: SocketAddr = url
         .trim_start_matches("http://")
         .trim_end_matches('/')

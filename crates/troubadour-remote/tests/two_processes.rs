@@ -154,11 +154,11 @@ fn start_child(ca: &Ca) -> (ChildProcess, SocketAddr, PathBuf) {
     let child = ChildProcess(child);
     let (tx, rx) = mpsc::channel();
     std::thread::spawn(move || {
+        // Read to the end, so that the child never writes into a closed pipe.
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             // libtest prints "test child_node ... " on the same line.
             if let Some(at) = line.find("READY ") {
                 let _ = tx.send(line[at + 6..].trim().parse::<SocketAddr>().unwrap());
-                return;
             }
         }
     });
