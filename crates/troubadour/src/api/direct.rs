@@ -49,6 +49,13 @@ use std::sync::Arc;
 /// `run_pending` instead.
 pub struct LocalActor<A: Actor> {
     cell: Option<Arc<ActorCell<A>>>,
+    /// The actor is running and no async handler is suspended in it, so a
+    /// direct call may go straight to the handler. Both are consumer state
+    /// that only this owner's own calls change (it holds the consumer role;
+    /// signals from other threads wait in the cell until one of those calls
+    /// runs them), so it is refreshed after each such call and the direct
+    /// path reads no shared memory for it.
+    ready: bool,
     system: SystemHandle,
 }
 
@@ -68,10 +75,23 @@ impl<A: Actor> LocalActor<A> {
         // SAFETY: the cell was born holding its consumer role, and we keep
         // it for as long as this `LocalActor` owns the cell.
         unsafe { cell.run_guarded(0) };
-        Ok(LocalActor {
+        let mut local = LocalActor {
             cell: Some(cell),
+            ready: false,
             system: system.clone(),
-        })
+        };
+        local.refresh();
+        Ok(local)
+    }
+
+    /// Recomputes [`ready`](Self::ready) after a call that may have run
+    /// hooks, signals or queued messages.
+    fn refresh(&mut self) {
+        // SAFETY: we hold the consumer role.
+        self.ready = self
+            .cell
+            .as_ref()
+            .is_some_and(|c| unsafe { c.phase() == Phase::Running && !c.has_suspended() });
     }
 
     /// Before a direct call: lets a suspended async handler finish, so that
@@ -87,6 +107,7 @@ impl<A: Actor> LocalActor<A> {
                 unsafe { cell.finish_suspended() };
             }
         }
+        self.refresh();
     }
 
     #[inline]
@@ -107,8 +128,10 @@ impl<A: Actor> LocalActor<A> {
         M: Message,
         A: Handler<M>,
     {
-        self.finish_suspended();
-        let Some(cell) = self.live_cell() else {
+        if !self.ready {
+            self.finish_suspended();
+        }
+        let Some(cell) = self.cell.as_ref().filter(|_| self.ready) else {
             return Err(SendError::Stopped(msg));
         };
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
@@ -151,6 +174,7 @@ impl<A: Actor> LocalActor<A> {
             // SAFETY: we hold the consumer role.
             unsafe { cell.run_guarded(0) };
         }
+        self.refresh();
     }
 
     /// Handles every message queued through [`actor_ref`](Self::actor_ref).
@@ -160,6 +184,7 @@ impl<A: Actor> LocalActor<A> {
             // SAFETY: we hold the consumer role.
             while unsafe { cell.run_guarded(u32::MAX) } {}
         }
+        self.refresh();
     }
 
     /// Panics in queued handlers and hooks are caught and supervised here,

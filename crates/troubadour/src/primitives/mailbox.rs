@@ -331,6 +331,19 @@ impl SignalStack {
         self.top.load(Ordering::SeqCst).is_null()
     }
 
+    /// As [`looks_empty`](Self::looks_empty), unordered: for a consumer
+    /// that polls between calls of its own (a `LocalActor`) and acts on a
+    /// non-empty answer with [`take_all`](Self::take_all), whose acquire
+    /// does the synchronising. Coherence still shows it every push that
+    /// happened before the poll; a push racing with it is seen at the next
+    /// poll, as it would be after a `SeqCst` load that lost the race. Being
+    /// unordered, it lets the compiler keep the caller's other state in
+    /// registers across the poll.
+    #[inline]
+    pub fn looks_empty_unordered(&self) -> bool {
+        self.top.load(Ordering::Relaxed).is_null()
+    }
+
     /// Next node of a chain returned by [`take_all`](Self::take_all).
     ///
     /// # Safety

@@ -442,8 +442,11 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// For a `LocalActor`'s poll after each direct call: whether no signal
+    /// waits (unordered, see `SignalStack::looks_empty_unordered`).
+    #[inline]
     pub(crate) fn signals_look_empty(&self) -> bool {
-        self.signals.looks_empty()
+        self.signals.looks_empty_unordered()
     }
 
     /// Gives up the consumer role for good, running whatever arrives in the
