@@ -420,6 +420,13 @@ pub fn factorise(mut n: u64) -> Vec<u64> {
 
 /// The sum of the `terms` Leibniz terms `4 * (-1)^k / (2k + 1)` for
 /// `k = start .. start + terms`.
+///
+/// Never inlined, so every implementation runs the same machine code for
+/// the work itself: inlined into each caller, the compiler vectorised some
+/// copies and kept a branch per term in others (seen with `perf annotate`
+/// on 2026-11-26), which made workload 8 compare code generation, not
+/// runtimes.
+#[inline(never)]
 pub fn leibniz(start: u64, terms: u64) -> f64 {
     let mut sum = 0.0;
     for k in start..start + terms {
