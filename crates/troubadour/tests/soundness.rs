@@ -131,6 +131,159 @@ fn a_stop_while_suspended_ends_the_wait_of_a_direct_call() {
     drop(open);
 }
 
+// ---- LocalActor::handle_all: the state lives in a local meanwhile -------
+
+/// Counts the messages it handled into a state that knows how often it was
+/// dropped, so a state moved out of the cell and back is seen to be dropped
+/// exactly once, and never while still in use.
+struct Ledger {
+    entries: Vec<u64>,
+    drops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stops: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+impl Actor for Ledger {
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        self.stops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+impl Drop for Ledger {
+    fn drop(&mut self) {
+        self.drops.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// Entry `0` panics, `1` asks the context to stop, `2` sends the actor a
+/// stop signal through its reference; anything else is recorded.
+#[derive(Debug, PartialEq)]
+struct Entry(u64);
+impl Message for Entry {
+    type Reply = usize;
+}
+impl Handler<Entry> for Ledger {
+    fn handle(&mut self, Entry(n): Entry, ctx: &mut Context<Self>) -> usize {
+        self.entries.push(n);
+        match n {
+            0 => panic!("entry 0"),
+            1 => ctx.stop(),
+            2 => ctx.myself().stop(),
+            _ => {}
+        }
+        self.entries.len()
+    }
+}
+
+fn ledger(
+    system: &ActorSystem,
+) -> (
+    LocalActor<Ledger>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+) {
+    let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let stops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let local = LocalActor::new(
+        system,
+        Ledger {
+            entries: Vec::new(),
+            drops: drops.clone(),
+            stops: stops.clone(),
+        },
+    )
+    .unwrap();
+    (local, drops, stops)
+}
+
+fn count(c: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> usize {
+    c.load(std::sync::atomic::Ordering::SeqCst)
+}
+
+#[test]
+fn handle_all_handles_every_message_in_order_and_keeps_the_state() {
+    let system = ActorSystem::new();
+    let (mut local, drops, stops) = ledger(&system);
+    local.handle_all((3..100).map(Entry)).unwrap();
+    // The state went back into the cell: readable, and handled on.
+    assert_eq!(
+        local.actor().map(|l| l.entries.clone()),
+        Some((3..100).collect())
+    );
+    assert_eq!(local.handle(Entry(100)), Ok(98));
+    assert_eq!(count(&drops), 0);
+    drop(local);
+    assert_eq!((count(&stops), count(&drops)), (1, 1));
+}
+
+#[test]
+fn handle_all_ends_at_a_stop_asked_by_the_handler_with_the_next_message() {
+    let system = ActorSystem::new();
+    let (mut local, drops, stops) = ledger(&system);
+    let mut entries = [5, 6, 1, 7, 8].into_iter().map(Entry);
+    assert_eq!(
+        local.handle_all(&mut entries),
+        Err(SendError::Stopped(Entry(7)))
+    );
+    assert_eq!(
+        entries.next(),
+        Some(Entry(8)),
+        "the rest stays the caller's"
+    );
+    // Stopped: its hook ran once, its state is gone.
+    assert_eq!((count(&stops), count(&drops)), (1, 1));
+    assert!(local.actor().is_none());
+    assert_eq!(
+        local.handle_all([Entry(9)]),
+        Err(SendError::Stopped(Entry(9)))
+    );
+    assert_eq!(local.handle_all(std::iter::empty()), Ok(()));
+    drop(local);
+    assert_eq!((count(&stops), count(&drops)), (1, 1));
+}
+
+#[test]
+fn a_signal_sent_during_handle_all_acts_before_the_next_message() {
+    let system = ActorSystem::new();
+    let (mut local, drops, stops) = ledger(&system);
+    // Entry 2 sends a stop signal, as another actor or thread could: it
+    // overtakes the messages still to come.
+    assert_eq!(
+        local.handle_all([5, 2, 6].map(Entry)),
+        Err(SendError::Stopped(Entry(6)))
+    );
+    assert_eq!((count(&stops), count(&drops)), (1, 1));
+}
+
+#[test]
+fn a_panic_in_handle_all_leaves_the_state_as_the_handler_left_it() {
+    let system = ActorSystem::new();
+    let (mut local, drops, stops) = ledger(&system);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        local.handle_all([5, 6, 0, 7].map(Entry))
+    }));
+    assert!(panicked.is_err(), "the handler's panic reaches the caller");
+    // As after a panicking `handle`: the state is the one the handler left
+    // (entry 0 recorded before it panicked), not dropped, and the actor
+    // goes on.
+    assert_eq!(count(&drops), 0);
+    assert_eq!(
+        local.actor().map(|l| l.entries.clone()),
+        Some(vec![5, 6, 0])
+    );
+    local.handle_all([8].map(Entry)).unwrap();
+    assert_eq!(local.actor().map(|l| l.entries.len()), Some(4));
+    drop(local);
+    assert_eq!((count(&stops), count(&drops)), (1, 1));
+}
+
+#[test]
+fn handle_all_waits_for_a_suspended_handler_first() {
+    let system = ActorSystem::new();
+    let (mut local, open) = tally_suspended(&system);
+    open.send(()).unwrap();
+    local.handle_all([Add(100), Add(1000)]).unwrap();
+    // 1 from the suspended read-modify-write, then the batch.
+    assert_eq!(local.actor().map(|t| t.n), Some(1101));
+}
+
 // ---- Stash: the reply goes to the asker of the message that was asked ---
 
 /// Answers `Get` at once, but defers a `Compute` it owes until `Open`.

@@ -11,6 +11,7 @@ use crate::api::exit::{ActorId, ExitReason};
 use crate::runtime::blocking::block_on;
 use crate::runtime::cell::{ActorCell, Phase};
 use crate::runtime::system::SystemHandle;
+use std::mem::ManuallyDrop;
 use std::sync::Arc;
 
 /// An actor owned by the current thread.
@@ -146,6 +147,60 @@ impl<A: Actor> LocalActor<A> {
         Ok(reply)
     }
 
+    /// Handles each message of `msgs` in turn, now, on this thread, and
+    /// drops their replies: a hot loop feeding one actor (a parser, a
+    /// simulation step) at the cost of plain calls. Stops early, with the
+    /// first message it could not deliver, once the actor has stopped
+    /// itself; the caller keeps the rest if it passed `&mut iter`.
+    ///
+    /// Each message is still handled alone, with the handler's `Context`,
+    /// and signals still act between two messages, as in [`handle`]; what
+    /// differs is where the state lives meanwhile: in a local of this call,
+    /// where the compiler may keep it in registers, rather than in the
+    /// actor's cell, which it must treat as memory anything may touch
+    /// (decision 0029). A panicking handler leaves the state as that
+    /// handler left it, as with [`handle`].
+    ///
+    /// ```
+    /// use troubadour::prelude::*;
+    /// struct Sum(u64);
+    /// impl Actor for Sum {}
+    /// struct Add(u64);
+    /// impl Message for Add { type Reply = (); }
+    /// impl Handler<Add> for Sum {
+    ///     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) { self.0 += n }
+    /// }
+    /// let system = ActorSystem::new();
+    /// let mut sum = LocalActor::new(&system, Sum(0))?;
+    /// sum.handle_all((0..10).map(Add))?;
+    /// assert_eq!(sum.actor().map(|s| s.0), Some(45));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// [`handle`]: Self::handle
+    pub fn handle_all<M, I>(&mut self, msgs: I) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handler<M>,
+        I: IntoIterator<Item = M>,
+    {
+        let mut msgs = msgs.into_iter();
+        loop {
+            if !self.ready {
+                self.finish_suspended();
+            }
+            let Some(cell) = self.cell.as_ref().filter(|_| self.ready) else {
+                return msgs.next().map_or(Ok(()), |m| Err(SendError::Stopped(m)));
+            };
+            // SAFETY: we hold the consumer role and `&mut self`; no handler
+            // is suspended (`ready`).
+            if !unsafe { handle_until_settle(cell, &mut msgs) } {
+                return Ok(());
+            }
+            self.settle();
+        }
+    }
+
     /// Handles `msg` with an async handler, blocking this thread until the
     /// handler's future completes (after a suspended one, as for
     /// [`handle`](Self::handle)).
@@ -247,6 +302,57 @@ impl<A: Actor> LocalActor<A> {
         // cell is no longer ours to touch.
         unsafe { cell.schedule() };
         actor_ref
+    }
+}
+
+/// The batch of [`LocalActor::handle_all`]: handles messages from `msgs`
+/// with the actor's state moved into a local, until they run out (`false`)
+/// or a handler asked for something, or a signal came, that the cell must
+/// settle (`true`, the state back in the cell).
+///
+/// # Safety
+/// The caller holds the consumer role of the running `cell`, in which no
+/// handler is suspended, and runs nothing else of the cell until this
+/// returns.
+#[inline(always)]
+unsafe fn handle_until_settle<A, M>(
+    cell: &Arc<ActorCell<A>>,
+    msgs: &mut impl Iterator<Item = M>,
+) -> bool
+where
+    A: Handler<M>,
+    M: Message,
+{
+    // `Taken` gives the state back when it drops, also when a handler's
+    // panic unwinds through here.
+    let mut state = Taken {
+        // SAFETY: as the caller's contract says.
+        actor: ManuallyDrop::new(unsafe { cell.take_actor() }),
+        cell,
+    };
+    // SAFETY: as above.
+    let mut ctx = unsafe { cell.context() };
+    for msg in msgs {
+        drop(A::handle(&mut state.actor, msg, &mut ctx));
+        if ctx.take_dirty() || !cell.signals_look_empty() {
+            return true;
+        }
+    }
+    false
+}
+
+/// An actor's state taken out of its cell, given back on drop.
+struct Taken<'a, A: Actor> {
+    actor: ManuallyDrop<A>,
+    cell: &'a ActorCell<A>,
+}
+
+impl<A: Actor> Drop for Taken<'_, A> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        // SAFETY: taken from this cell by `handle_until_settle`, whose
+        // caller holds the consumer role; `self.actor` is not used again.
+        unsafe { self.cell.put_actor(ManuallyDrop::take(&mut self.actor)) };
     }
 }
 

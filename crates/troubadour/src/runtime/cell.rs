@@ -585,6 +585,42 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Moves the actor's state out of the cell, which has none until
+    /// [`put_actor`](Self::put_actor) gives it back (a `LocalActor` keeps it
+    /// in a local through a batch of direct calls, where the compiler can
+    /// keep it in registers; in the cell it is memory that anything may
+    /// reach).
+    ///
+    /// # Safety
+    /// As for [`actor_mut`](Self::actor_mut); and the caller gives the state
+    /// back before anything else of this cell that may touch it runs
+    /// (a turn, a hook, a stop).
+    #[inline]
+    pub(crate) unsafe fn take_actor(&self) -> A {
+        // SAFETY: the state is present and not borrowed (contract); marking
+        // it absent first means nothing drops or reads the moved-out bits.
+        unsafe {
+            debug_assert!(*self.has_actor.get());
+            *self.has_actor.get() = false;
+            (*self.actor.get()).assume_init_read()
+        }
+    }
+
+    /// Gives back the state [`take_actor`](Self::take_actor) moved out.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, and the cell has no state (it was
+    /// taken).
+    #[inline]
+    pub(crate) unsafe fn put_actor(&self, actor: A) {
+        // SAFETY: the slot is empty (contract): nothing is overwritten.
+        unsafe {
+            debug_assert!(!*self.has_actor.get());
+            (*self.actor.get()).write(actor);
+            *self.has_actor.get() = true;
+        }
+    }
+
     /// A context for user code on this actor's turn. It is only a pointer;
     /// made from the `Arc` so it may mint new references to the cell.
     ///
