@@ -233,16 +233,19 @@ impl Scheduler {
         });
         let mut handles = Vec::with_capacity(threads);
         let (exit_tx, exit_rx) = std::sync::mpsc::channel::<()>();
+        // Each worker says when it is ready to run turns (`run_worker`), so
+        // the system is ready when it is returned.
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<()>();
         let queues = deques.into_iter().zip(yielded);
         for (index, ((deque, yielded), parker)) in queues.zip(parkers).enumerate() {
             let (worker_shared, worker_tokio) = (shared.clone(), tokio.clone());
-            let exit = exit_tx.clone();
+            let (exit, ready) = (exit_tx.clone(), ready_tx.clone());
             let spawned = std::thread::Builder::new()
                 .name(format!("troubadour-worker-{index}"))
                 .spawn(move || {
                     let _exit = exit;
                     let _runtime = worker_tokio.enter();
-                    run_worker(worker_shared, index, deque, yielded, parker)
+                    run_worker(worker_shared, index, deque, yielded, parker, ready)
                 });
             match spawned {
                 Ok(h) => handles.push(h),
@@ -263,6 +266,14 @@ impl Scheduler {
             }
         }
         drop(exit_tx);
+        drop(ready_tx);
+        // One message per worker; an error means every worker left already
+        // (none can be waited for any more).
+        for _ in 0..handles.len() {
+            if ready_rx.recv().is_err() {
+                break;
+            }
+        }
         Ok(Scheduler {
             shared,
             threads: Mutex::new(handles),
@@ -630,6 +641,7 @@ fn run_worker(
     deque: Worker<Task>,
     yielded: Worker<Task>,
     parker: Parker,
+    ready: std::sync::mpsc::Sender<()>,
 ) {
     let local = WorkerLocal {
         shared: Arc::as_ptr(&shared),
@@ -641,6 +653,11 @@ fn run_worker(
     CURRENT.with(|c| c.set(&local as *const WorkerLocal));
     let _crash_reports = crash_report::actor_thread(shared.crash_reports);
     crate::primitives::nodes::batch_frees_on_this_thread();
+    crate::primitives::nodes::prepare_this_thread();
+    // The receiver may be gone (a scheduler that failed to start); the
+    // worker then stops with the others.
+    let _ = ready.send(());
+    drop(ready);
     let mut tick = 0u32;
     // Turns in a row taken from the next-actor slot.
     let mut streak = 0u32;
