@@ -111,6 +111,16 @@ impl<A: Actor> LocalActor<A> {
         self.refresh();
     }
 
+    /// The cell, for a direct call: after a suspended handler finished,
+    /// and only while the actor runs.
+    #[inline]
+    fn ready_cell(&mut self) -> Option<&Arc<ActorCell<A>>> {
+        if !self.ready {
+            self.finish_suspended();
+        }
+        self.cell.as_ref().filter(|_| self.ready)
+    }
+
     #[inline]
     fn live_cell(&self) -> Option<&Arc<ActorCell<A>>> {
         // SAFETY: we hold the consumer role.
@@ -129,10 +139,7 @@ impl<A: Actor> LocalActor<A> {
         M: Message,
         A: Handler<M>,
     {
-        if !self.ready {
-            self.finish_suspended();
-        }
-        let Some(cell) = self.cell.as_ref().filter(|_| self.ready) else {
+        let Some(cell) = self.ready_cell() else {
             return Err(SendError::Stopped(msg));
         };
         // SAFETY: we hold the consumer role and `&mut self`, so nothing else
@@ -186,10 +193,7 @@ impl<A: Actor> LocalActor<A> {
     {
         let mut msgs = msgs.into_iter();
         loop {
-            if !self.ready {
-                self.finish_suspended();
-            }
-            let Some(cell) = self.cell.as_ref().filter(|_| self.ready) else {
+            let Some(cell) = self.ready_cell() else {
                 return msgs.next().map_or(Ok(()), |m| Err(SendError::Stopped(m)));
             };
             // SAFETY: we hold the consumer role and `&mut self`; no handler

@@ -201,14 +201,19 @@ impl ThreadNodes {
 
     #[cold]
     fn alloc_in_new_slab(&self, layout: Layout) -> *mut u8 {
-        self.seal_current();
-        let slab = new_slab();
-        self.slab.set(slab);
+        self.start_slab();
         let start = (HEADER + layout.align() - 1) & !(layout.align() - 1);
         self.next.set(start + layout.size());
         self.carved.set(1);
         // SAFETY: a node of at most MAX_IN_SLAB bytes fits after the header.
-        unsafe { (slab as *mut u8).add(start) }
+        unsafe { (self.slab.get() as *mut u8).add(start) }
+    }
+
+    /// Seals the current slab, if any, and carves from a fresh one.
+    fn start_slab(&self) {
+        self.seal_current();
+        self.slab.set(new_slab());
+        self.next.set(HEADER);
     }
 
     fn seal_current(&self) {
@@ -324,10 +329,7 @@ pub(crate) fn settle() {
 pub(crate) fn prepare_this_thread() {
     let _ = NODES.try_with(|t| {
         if t.slab.get().is_null() {
-            let slab = new_slab();
-            t.slab.set(slab);
-            t.next.set(HEADER);
-            t.carved.set(0);
+            t.start_slab();
         }
     });
 }
