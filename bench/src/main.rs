@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! {"workload":..,"impl":..,"ok":true|false,"elapsed_ms":..,"msgs_per_sec":..|null,
-//!  "peak_rss_bytes":..,"bytes_per_actor":..|null[,"error":".."]}
+//!  "peak_rss_bytes":..,"bytes_per_actor":..|null[,"bytes_per_message":..,"fill_ms":..][,"error":".."]}
 //! ```
 //!
 //! `troubadour-bench list` prints the implementation names, one a line.
@@ -35,7 +35,7 @@ static ALLOCATOR: measure::SystemAllocator = measure::SystemAllocator;
 
 const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] [--json] [--threads N] [--timeout-s S]
        troubadour-bench list
-workloads: counting pingpong skynet fanin rings idle direct pi
+workloads: counting pingpong skynet fanin rings rings-hops idle direct pi backlog
            remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
            cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)
            persist --store sqlite|postgres [--dir D] (event-sourced actors, group commit, floor beside)";
@@ -127,12 +127,23 @@ fn json_line(args: &Args, result: &Result<Figures, Failure>) -> String {
         json_string(&args.implementation)
     );
     match result {
-        Ok(f) => format!(
-            "{{{head},\"ok\":true,\"elapsed_ms\":{},\"msgs_per_sec\":{},\"peak_rss_bytes\":{peak},\"bytes_per_actor\":{}}}",
-            num(Some(f.elapsed.as_secs_f64() * 1e3)),
-            num(msgs_per_sec(f)),
-            num(f.bytes_per_actor),
-        ),
+        Ok(f) => {
+            // The backlog's two extra figures, only where it has them.
+            let backlog = match (f.bytes_per_message, f.fill) {
+                (bytes, Some(fill)) => format!(
+                    ",\"bytes_per_message\":{},\"fill_ms\":{}",
+                    num(bytes),
+                    num(Some(fill.as_secs_f64() * 1e3))
+                ),
+                _ => String::new(),
+            };
+            format!(
+                "{{{head},\"ok\":true,\"elapsed_ms\":{},\"msgs_per_sec\":{},\"peak_rss_bytes\":{peak},\"bytes_per_actor\":{}{backlog}}}",
+                num(Some(f.elapsed.as_secs_f64() * 1e3)),
+                num(msgs_per_sec(f)),
+                num(f.bytes_per_actor),
+            )
+        }
         Err(e) => format!(
             "{{{head},\"ok\":false,\"elapsed_ms\":null,\"msgs_per_sec\":null,\"peak_rss_bytes\":{peak},\"bytes_per_actor\":null,\"error\":{}}}",
             json_string(&e.to_string())
@@ -152,6 +163,16 @@ fn text_line(args: &Args, result: &Result<Figures, Failure>) -> String {
             }
             if let Some(b) = f.bytes_per_actor {
                 line += &format!(", {b:.0} B/actor");
+            }
+            if let Some(fill) = f.fill {
+                line += &format!(
+                    " (fill {:.1} ms, drain {:.1} ms)",
+                    fill.as_secs_f64() * 1e3,
+                    f.elapsed.saturating_sub(fill).as_secs_f64() * 1e3
+                );
+            }
+            if let Some(b) = f.bytes_per_message {
+                line += &format!(", {b:.1} B/message queued");
             }
             line + &format!(", peak RSS {peak}")
         }

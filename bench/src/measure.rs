@@ -311,3 +311,83 @@ impl Census {
         }
     }
 }
+
+/// Holds every worker thread of a runtime busy until released, so that a
+/// backlog can be built with nothing handled (workload `backlog`). Each of
+/// `workers` holder actors (or tasks) calls [`hold`](Self::hold) from its
+/// handler; the holders meet at a barrier first, so once
+/// [`until_held`](Self::until_held) returns, every worker runs one of them
+/// (a worker runs one actor at a time) and nothing else runs until
+/// [`release`](Self::release).
+pub struct HeldWorkers {
+    all_in: Barrier,
+    released: std::sync::Mutex<bool>,
+    go: std::sync::Condvar,
+}
+
+impl HeldWorkers {
+    pub fn new(workers: usize) -> Arc<HeldWorkers> {
+        Arc::new(HeldWorkers {
+            // The holders and the caller of `until_held`.
+            all_in: Barrier::new(workers + 1),
+            released: std::sync::Mutex::new(false),
+            go: std::sync::Condvar::new(),
+        })
+    }
+
+    /// Called by a holder on its worker: blocks that worker until released.
+    pub fn hold(&self) {
+        self.all_in.wait();
+        let mut released = self.released.lock().expect("hold lock");
+        while !*released {
+            released = self.go.wait(released).expect("hold lock");
+        }
+    }
+
+    /// Returns once every worker runs a holder.
+    pub fn until_held(&self) {
+        self.all_in.wait();
+    }
+
+    pub fn release(&self) {
+        *self.released.lock().expect("hold lock") = true;
+        self.go.notify_all();
+    }
+}
+
+/// The fill of a backlog: how long telling every message took and how much
+/// resident memory the queued messages took. Start it once the receivers
+/// exist and the workers are held, just before the first tell.
+pub struct BacklogFill {
+    clock: Instant,
+    rss_before: Option<u64>,
+}
+
+/// What [`BacklogFill::filled`] measured.
+#[derive(Clone, Copy, Debug)]
+pub struct Filled {
+    pub fill: Duration,
+    /// Resident memory after the fill minus before it.
+    pub backlog_bytes: Option<u64>,
+}
+
+impl BacklogFill {
+    pub fn start() -> BacklogFill {
+        trim_allocator();
+        BacklogFill {
+            rss_before: rss_bytes(),
+            clock: Instant::now(),
+        }
+    }
+
+    /// Called right after the last tell, before the workers are released.
+    pub fn filled(self) -> Filled {
+        let fill = self.clock.elapsed();
+        Filled {
+            fill,
+            backlog_bytes: rss_bytes()
+                .zip(self.rss_before)
+                .map(|(after, before)| after.saturating_sub(before)),
+        }
+    }
+}

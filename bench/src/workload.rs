@@ -8,7 +8,7 @@ use std::fmt;
 use std::time::Duration;
 
 use crate::impls::Contender;
-use crate::measure::{IdleMemory, Timed};
+use crate::measure::{BacklogFill, HeldWorkers, IdleMemory, Stopwatch, Timed};
 
 /// The number the rings workload factorises, and its two prime factors.
 pub const RINGS_TARGET: u64 = 28_350_160_440_309_881;
@@ -29,10 +29,13 @@ pub enum Workload {
     Idle,
     Direct,
     Pi,
+    /// One producer outruns many receivers: the memory and the drain of a
+    /// backlog.
+    Backlog,
 }
 
 impl Workload {
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::Counting,
         Workload::PingPong,
         Workload::Skynet,
@@ -42,6 +45,7 @@ impl Workload {
         Workload::Idle,
         Workload::Direct,
         Workload::Pi,
+        Workload::Backlog,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl Workload {
             Workload::Idle => "idle",
             Workload::Direct => "direct",
             Workload::Pi => "pi",
+            Workload::Backlog => "backlog",
         }
     }
 
@@ -172,6 +177,86 @@ pub struct Pi {
     pub workers: usize,
 }
 
+/// 9. `receivers` actors each add up the values they are told and report
+///    their total once `per_receiver` values came in. The runtime's workers
+///    are first held busy ([`crate::measure::HeldWorkers`]), so nothing is
+///    handled while one producer, an OS thread outside the runtime, tells
+///    every message, round-robin: message `i` (from 0) carries `i` and goes
+///    to receiver `i % receivers`. Then the workers are released and the
+///    backlog drains. The clock runs from the first tell to the last total;
+///    the fill is timed and memory sampled around it
+///    ([`crate::measure::BacklogFill`]). The answer is each receiver's total.
+#[derive(Clone, Debug)]
+pub struct Backlog {
+    pub receivers: usize,
+    pub per_receiver: u64,
+}
+
+impl Backlog {
+    pub fn messages(&self) -> u64 {
+        self.receivers as u64 * self.per_receiver
+    }
+
+    /// Receiver `j`'s total: the sum of `r * receivers + j` for `r` in
+    /// `0..per_receiver`.
+    pub fn expected_total(&self, j: usize) -> u64 {
+        let (n, k) = (self.receivers as u64, self.per_receiver);
+        n * (k * (k - 1) / 2) + j as u64 * k
+    }
+}
+
+impl Backlog {
+    /// The measured part of a run, the same for every implementation. The
+    /// caller has spawned the receivers (each sends `(its index, its
+    /// total)` to `totals` when done) and started one holder per worker
+    /// that calls [`HeldWorkers::hold`]; `tell(j, value)` tells receiver `j`.
+    pub fn drive(
+        &self,
+        held: &HeldWorkers,
+        totals: &std::sync::mpsc::Receiver<(usize, u64)>,
+        mut tell: impl FnMut(usize, u64) -> Result<(), Failure>,
+    ) -> crate::impls::Outcome<BacklogReport> {
+        held.until_held();
+        let fill = BacklogFill::start();
+        let clock = Stopwatch::start();
+        let n = self.receivers;
+        let mut value = 0;
+        for _ in 0..self.per_receiver {
+            for j in 0..n {
+                tell(j, value)?;
+                value += 1;
+            }
+        }
+        let filled = fill.filled();
+        held.release();
+        let mut by_receiver = vec![None; n];
+        for _ in 0..n {
+            let (j, total) = totals
+                .recv_timeout(Duration::from_secs(600))
+                .map_err(|_| Failure::failed("a receiver never reported: the run hung"))?;
+            if j >= n || by_receiver[j].replace(total).is_some() {
+                return Err(Failure::failed(format!(
+                    "receiver {j} reported twice or does not exist"
+                )));
+            }
+        }
+        Ok(clock.stop(BacklogReport {
+            totals: by_receiver
+                .into_iter()
+                .map(|t| t.unwrap_or_default())
+                .collect(),
+            filled,
+        }))
+    }
+}
+
+/// What a backlog run saw: each receiver's total, by receiver, and the fill.
+#[derive(Clone, Debug)]
+pub struct BacklogReport {
+    pub totals: Vec<u64>,
+    pub filled: crate::measure::Filled,
+}
+
 /// The sizes of one run: the published ones, or small ones for `--quick`.
 #[derive(Clone, Debug)]
 pub struct Sizes {
@@ -184,6 +269,7 @@ pub struct Sizes {
     pub idle: Idle,
     pub direct: Direct,
     pub pi: Pi,
+    pub backlog: Backlog,
 }
 
 impl Sizes {
@@ -235,6 +321,10 @@ impl Sizes {
                 terms: pick(10_000, 1_000),
                 workers: threads,
             },
+            backlog: Backlog {
+                receivers: pick(1_000, 100) as usize,
+                per_receiver: pick(10_000, 1_000),
+            },
         }
     }
 }
@@ -248,6 +338,10 @@ pub struct Figures {
     pub messages: Option<u64>,
     /// Idle only: (RSS with all actors alive − RSS before) / actors.
     pub bytes_per_actor: Option<f64>,
+    /// Backlog only: (RSS with every message queued − RSS before) / messages.
+    pub bytes_per_message: Option<f64>,
+    /// Backlog only: how long the producer took to tell every message.
+    pub fill: Option<Duration>,
 }
 
 /// Why a run produced no figures.
@@ -360,6 +454,28 @@ pub fn run(
             }
             Ok(run.figures(None))
         }
+        Workload::Backlog => {
+            let p = &sizes.backlog;
+            let run = contender.backlog(p)?;
+            expect_eq(
+                "receivers that reported",
+                run.value.totals.len() as u64,
+                p.receivers as u64,
+            )?;
+            for (j, &total) in run.value.totals.iter().enumerate() {
+                expect_eq(
+                    &format!("total of receiver {j}"),
+                    total,
+                    p.expected_total(j),
+                )?;
+            }
+            let mut figures = run.figures(Some(p.messages()));
+            let filled = run.value.filled;
+            figures.fill = Some(filled.fill);
+            figures.bytes_per_message =
+                filled.backlog_bytes.map(|b| b as f64 / p.messages() as f64);
+            Ok(figures)
+        }
     }
 }
 
@@ -379,6 +495,8 @@ impl<T> Timed<T> {
             elapsed: self.elapsed,
             messages,
             bytes_per_actor: None,
+            bytes_per_message: None,
+            fill: None,
         }
     }
 }

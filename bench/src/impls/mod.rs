@@ -5,7 +5,8 @@
 
 use crate::measure::{IdleMemory, Timed};
 use crate::workload::{
-    Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong, Rings, RingsReport, Skynet,
+    Backlog, BacklogReport, Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong,
+    Rings, RingsReport, Skynet,
 };
 
 mod actix;
@@ -103,6 +104,10 @@ pub trait Contender {
     }
     /// 8. The coordinator's sum.
     fn pi(&self, _: &Pi) -> Outcome<f64> {
+        Err(not_written())
+    }
+    /// 9. Each receiver's total, by receiver, and the fill's figures.
+    fn backlog(&self, _: &Backlog) -> Outcome<BacklogReport> {
         Err(not_written())
     }
 }

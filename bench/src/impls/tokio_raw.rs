@@ -11,10 +11,12 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 use tokio::sync::oneshot;
 
 use super::Outcome;
-use crate::measure::{join_threads, release_threads, IdleMemory, Stopwatch, IDLE_CENSUS};
+use crate::measure::{
+    join_threads, release_threads, HeldWorkers, IdleMemory, Stopwatch, IDLE_CENSUS,
+};
 use crate::workload::{
-    factorise, leibniz, Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong, Rings,
-    RingsReport, Skynet,
+    factorise, leibniz, Backlog, BacklogReport, Counting, Direct, Failure, FanIn, Idle, IdleReport,
+    Pi, PingPong, Rings, RingsReport, Skynet,
 };
 
 pub struct TokioRaw {
@@ -168,6 +170,24 @@ async fn idle_actor(mut mailbox: UnboundedReceiver<()>) {
     IDLE_CENSUS.stopped();
 }
 
+/// A backlog receiver: adds up `per_receiver` values, then reports.
+async fn backlog_receiver(
+    j: usize,
+    per_receiver: u64,
+    mut mailbox: UnboundedReceiver<u64>,
+    totals: std::sync::mpsc::Sender<(usize, u64)>,
+) {
+    let (mut total, mut count) = (0, 0);
+    while let Some(value) = mailbox.recv().await {
+        total += value;
+        count += 1;
+        if count == per_receiver {
+            let _ = totals.send((j, total));
+            return;
+        }
+    }
+}
+
 impl super::Contender for TokioRaw {
     fn counting(&self, p: &Counting) -> Outcome<u64> {
         let p = p.clone();
@@ -216,6 +236,28 @@ impl super::Contender for TokioRaw {
             skynet_node(tx, 0, 0, p);
             let sum = root.recv().await.ok_or_else(|| gone(()))?;
             Ok(clock.stop(sum))
+        })
+    }
+
+    fn backlog(&self, p: &Backlog) -> Outcome<BacklogReport> {
+        // The producer is the calling thread: every worker is held while it
+        // tells.
+        let runtime = super::tokio_runtime(self.threads);
+        let (to_totals, totals) = std::sync::mpsc::channel();
+        let mailboxes: Vec<UnboundedSender<u64>> = (0..p.receivers)
+            .map(|j| {
+                let (tx, rx) = unbounded_channel();
+                runtime.spawn(backlog_receiver(j, p.per_receiver, rx, to_totals.clone()));
+                tx
+            })
+            .collect();
+        let held = HeldWorkers::new(self.threads);
+        for _ in 0..self.threads {
+            let held = held.clone();
+            runtime.spawn(async move { held.hold() });
+        }
+        p.drive(&held, &totals, |j, value| {
+            mailboxes[j].send(value).map_err(gone)
         })
     }
 

@@ -2,16 +2,18 @@
 //! messages, `tell`/`ask`, children spawned from `started`, `LocalActor` for
 //! direct dispatch — on a system with one worker per thread given.
 
-use std::sync::mpsc;
+use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
 use troubadour::prelude::*;
 
 use super::Outcome;
-use crate::measure::{join_threads, release_threads, IdleMemory, Stopwatch, IDLE_CENSUS};
+use crate::measure::{
+    join_threads, release_threads, HeldWorkers, IdleMemory, Stopwatch, IDLE_CENSUS,
+};
 use crate::workload::{
-    factorise, leibniz, Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong, Rings,
-    RingsReport, Skynet,
+    factorise, leibniz, Backlog, BacklogReport, Counting, Direct, Failure, FanIn, Idle, IdleReport,
+    Pi, PingPong, Rings, RingsReport, Skynet,
 };
 
 /// How long a driver waits for a result before calling the run hung.
@@ -255,6 +257,43 @@ impl Handler<One> for Receiver {
         if self.count == self.expected {
             let _ = self.done.send(self.count);
         }
+    }
+}
+
+// 9. backlog ---------------------------------------------------------------
+
+struct BacklogReceiver {
+    j: usize,
+    total: u64,
+    count: u64,
+    per_receiver: u64,
+    totals: mpsc::Sender<(usize, u64)>,
+}
+impl Actor for BacklogReceiver {}
+struct Value64(u64);
+impl Message for Value64 {
+    type Reply = ();
+}
+impl Handler<Value64> for BacklogReceiver {
+    fn handle(&mut self, Value64(value): Value64, _: &mut Context<Self>) {
+        self.total += value;
+        self.count += 1;
+        if self.count == self.per_receiver {
+            let _ = self.totals.send((self.j, self.total));
+        }
+    }
+}
+
+/// Blocks the worker it runs on until the backlog is filled.
+struct Holder(Arc<HeldWorkers>);
+impl Actor for Holder {}
+struct Hold;
+impl Message for Hold {
+    type Reply = ();
+}
+impl Handler<Hold> for Holder {
+    fn handle(&mut self, _: Hold, _: &mut Context<Self>) {
+        self.0.hold();
     }
 }
 
@@ -523,6 +562,31 @@ impl super::Contender for Troubadour {
             .map_err(failed)?;
         let sum = wait(&rx)?;
         Ok(clock.stop(sum))
+    }
+
+    fn backlog(&self, p: &Backlog) -> Outcome<BacklogReport> {
+        let system = self.system();
+        let (to_totals, totals) = mpsc::channel();
+        let receivers = (0..p.receivers)
+            .map(|j| {
+                system.spawn(BacklogReceiver {
+                    j,
+                    total: 0,
+                    count: 0,
+                    per_receiver: p.per_receiver,
+                    totals: to_totals.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(failed)?;
+        let held = HeldWorkers::new(self.threads);
+        for _ in 0..self.threads {
+            let holder = system.spawn(Holder(held.clone())).map_err(failed)?;
+            holder.tell(Hold).map_err(failed)?;
+        }
+        p.drive(&held, &totals, |j, value| {
+            receivers[j].tell(Value64(value)).map_err(failed)
+        })
     }
 
     fn fanin(&self, p: &FanIn) -> Outcome<u64> {

@@ -9,7 +9,7 @@
 #![cfg(loom)]
 
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use loom::sync::Arc;
+use loom::sync::{Arc, Mutex};
 use loom::thread;
 use troubadour::loom_support::{
     Idle, Link, NextSlot, Notify, Pop, Queue, RunState, SignalStack, SlabCount, SCHEDULED,
@@ -305,6 +305,7 @@ fn idle_protocol_never_loses_a_wakeup() {
                 continue;
             }
             thread::park();
+            idle.woke(me);
         }
     }
 
@@ -328,6 +329,93 @@ fn idle_protocol_never_loses_a_wakeup() {
         };
         producer.join().unwrap();
         w.join().unwrap();
+        assert_eq!(work.load(Ordering::SeqCst), 0);
+    });
+}
+
+/// The same protocol when a worker that finds work keeps its core for
+/// ever (a handler that blocks, or just a long one): two workers, two
+/// tasks pushed one after the other, and a worker that takes a task never
+/// comes back for more. Both tasks must run, so a worker that takes one
+/// while the producer skipped its unparks (it saw a searcher) must wake the
+/// other for the second: the last searcher to find work (`found_work`), and
+/// a worker whose sleep re-check found work. Without either, the second
+/// worker sleeps for ever beside the second task (loom reports the
+/// deadlock).
+#[test]
+fn idle_protocol_wakes_a_sleeper_for_work_left_behind() {
+    type Threads = Mutex<Vec<Option<thread::Thread>>>;
+
+    fn wake(idle: &Idle, threads: &Threads) {
+        if let Some(i) = idle.worker_to_wake() {
+            let sleeper = threads.lock().unwrap()[i].clone();
+            sleeper.expect("a sleeper registered its thread").unpark();
+        }
+    }
+
+    fn worker(idle: &Idle, work: &AtomicUsize, threads: &Threads, me: usize) {
+        // Registered before it can sleep, so whoever learns from `Idle`
+        // that it sleeps finds its handle.
+        threads.lock().unwrap()[me] = Some(thread::current());
+        let take = || {
+            work.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok()
+        };
+        // A woken worker looks for work as a searcher, as `run_worker` does.
+        let mut woken = false;
+        loop {
+            if !woken && take() {
+                return;
+            }
+            woken = false;
+            idle.start_searching();
+            if take() {
+                if idle.found_work() && work.load(Ordering::SeqCst) > 0 {
+                    wake(idle, threads);
+                }
+                return;
+            }
+            idle.stop_searching();
+            idle.prepare_sleep(me);
+            if work.load(Ordering::SeqCst) > 0 {
+                idle.cancel_sleep(me);
+                if take() {
+                    if work.load(Ordering::SeqCst) > 0 {
+                        wake(idle, threads);
+                    }
+                    return;
+                }
+                continue;
+            }
+            thread::park();
+            idle.woke(me);
+            woken = true;
+        }
+    }
+
+    loom::model(|| {
+        let idle = Arc::new(Idle::new(2));
+        let work = Arc::new(AtomicUsize::new(0));
+        let threads: Arc<Threads> = Arc::new(Mutex::new(vec![None, None]));
+        let workers: Vec<_> = (0..2)
+            .map(|me| {
+                let (idle, work, threads) = (idle.clone(), work.clone(), threads.clone());
+                thread::spawn(move || worker(&idle, &work, &threads, me))
+            })
+            .collect();
+        let producer = {
+            let (idle, work) = (idle.clone(), work.clone());
+            thread::spawn(move || {
+                for _ in 0..2 {
+                    work.fetch_add(1, Ordering::SeqCst);
+                    wake(&idle, &threads);
+                }
+            })
+        };
+        producer.join().unwrap();
+        for w in workers {
+            w.join().unwrap();
+        }
         assert_eq!(work.load(Ordering::SeqCst), 0);
     });
 }

@@ -37,7 +37,10 @@
 //! as sleeping, issues a `SeqCst` fence and re-checks every queue before
 //! parking; a producer pushes, fences and then reads the sleeper count. One
 //! of the two sees the other (store-buffer pattern), so work is never left
-//! with every worker asleep.
+//! with every worker asleep. And since a waker skips the unpark while some
+//! worker searches, the last searcher to find work re-checks the queues and
+//! wakes a sleeper for what is left: otherwise it could run a long turn
+//! while work waits with the other workers asleep.
 
 mod arrivals;
 mod idle;
@@ -555,6 +558,17 @@ impl Shared {
         }
     }
 
+    /// This worker leaves the search with a task in hand: if it was the
+    /// last searcher, work pushed while it searched may have skipped its
+    /// wake-up, so a sleeper is woken for whatever is still queued
+    /// (`idle.rs`, "No parallelism lost").
+    #[inline]
+    fn found_work(&self) {
+        if self.idle.found_work() && self.has_work() {
+            self.wake_one();
+        }
+    }
+
     fn has_work(&self) -> bool {
         !self.injector.is_empty()
             || self.stealers.iter().any(|s| !s.is_empty())
@@ -661,28 +675,36 @@ fn run_worker(
     let mut tick = 0u32;
     // Turns in a row taken from the next-actor slot.
     let mut streak = 0u32;
+    // Whether this worker was just unparked: it then looks for work as a
+    // searcher, so that it wakes the next sleeper if it finds work and more
+    // is queued (a waker wakes one worker per push it saw no searcher for;
+    // the pushes it skipped are the searchers' to hand on, `idle.rs`).
+    let mut woken = false;
     'outer: loop {
-        if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
-            // SAFETY: taken from a run queue: it carries its role.
-            unsafe { run_task(&shared, &local, task) };
-            continue;
+        if !woken {
+            if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
+                // SAFETY: taken from a run queue: it carries its role.
+                unsafe { run_task(&shared, &local, task) };
+                continue;
+            }
+            // Frees batched by the turns run so far go to their slabs before
+            // this worker waits, so an idle worker keeps no slab alive.
+            crate::primitives::nodes::settle();
         }
-        // Frees batched by the turns run so far go to their slabs before
-        // this worker waits, so an idle worker keeps no slab alive.
-        crate::primitives::nodes::settle();
+        woken = false;
         // Search a little before sleeping: wake-ups that come soon (the
         // common case under load) then cost no system call.
         shared.idle.start_searching();
         for round in 0..SPIN_ROUNDS + YIELD_ROUNDS {
             if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
-                shared.idle.stop_searching();
+                shared.found_work();
                 // SAFETY: taken from a run queue: it carries its role.
                 unsafe { run_task(&shared, &local, task) };
                 continue 'outer;
             }
             if round >= SLOT_STEAL_ROUND {
                 if let Some(task) = shared.steal_next(me) {
-                    shared.idle.stop_searching();
+                    shared.found_work();
                     // SAFETY: taken from a run queue: it carries its role.
                     unsafe { run_task(&shared, &local, task) };
                     continue 'outer;
@@ -708,9 +730,22 @@ fn run_worker(
         shared.idle.prepare_sleep(me);
         if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
             shared.idle.cancel_sleep(me);
+            // Work came while this worker stopped searching, and its wakers
+            // may have skipped the unpark because it searched: it takes one
+            // task and wakes a sleeper for the rest (`idle.rs`).
+            if let Some(task) = shared.find_task(&local, &mut tick, &mut streak) {
+                if shared.has_work() {
+                    shared.wake_one();
+                }
+                // SAFETY: taken from a run queue: it carries its role.
+                unsafe { run_task(&shared, &local, task) };
+            }
             continue;
         }
         parker.park();
+        // Awake: off the sleepers' list, if no waker took it off (`idle.rs`).
+        shared.idle.woke(me);
+        woken = true;
         if shared.shutdown.load(Ordering::SeqCst) {
             break;
         }
@@ -737,7 +772,13 @@ unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
         // Out of budget with more to do: behind everything else this
         // worker has, but still on this worker.
         local.yielded.push(task);
-        if !local.deque.is_empty() {
+        // This worker runs its slot, its deque and the global queue before
+        // what yielded; if any has work, the yielded actor would wait
+        // behind it (for as long as that turn takes), so a sleeper is woken
+        // to take one or the other. Otherwise this worker takes it back
+        // next, on the same core.
+        if shared.next[local.me].is_full() || !local.deque.is_empty() || !shared.injector.is_empty()
+        {
             shared.wake_one();
         }
     }

@@ -24,6 +24,43 @@
 //! order on `num_searching` means P's load that saw it searching precedes
 //! its decrement. The loom model `idle_protocol_never_loses_a_wakeup`
 //! explores these interleavings on this very code.
+//!
+//! No parallelism lost either. The argument above only says that S looks
+//! at the queues after the push, not that S takes the pushed work: S may
+//! find *other* work first and run it, for as long as that handler takes,
+//! while the work P pushed waits with W asleep (two actors that each wait
+//! for the other to run, on two workers, hung that way). So S keeps the
+//! duty to wake a sleeper until it either sleeps or hands the duty on:
+//!
+//! - S finds work while searching: it leaves with [`Idle::found_work`]; if
+//!   it was the last searcher, it issues a `SeqCst` fence, re-checks the
+//!   queues and wakes a sleeper for what is left. It sees P's push: P's
+//!   load that saw S searching reads before S's decrement (both `SeqCst`),
+//!   so F_p precedes S's fence in S, and S's re-check after its fence sees
+//!   the push. A searcher that is not the last leaves the duty to those
+//!   still searching.
+//! - S stops searching to sleep and its re-check finds work: it cancels the
+//!   sleep, takes one task and, if work is still queued, wakes a sleeper
+//!   (its registration fence already ordered P's push before the re-check).
+//!
+//! - A worker woken by a waker looks for work as a searcher (it is one of
+//!   the workers a later push counts on), so when it finds some it hands
+//!   the duty on by the first rule: a waker wakes one sleeper, for its own
+//!   push, and work pushed while others searched is woken for in a chain.
+//!   (Four workers and four actors told at once, one worker woken and the
+//!   rest skipped for a searcher, left the fourth actor queued beside a
+//!   sleeping worker before this; `tests/scheduling.rs`.)
+//!
+//! This is tokio's rule too (a woken worker searches, and the last searcher
+//! to find work notifies a parked worker). The loom model
+//! `idle_protocol_wakes_a_sleeper_for_work_left_behind` checks both cases:
+//! two workers, two tasks, and a worker that takes a task never comes back.
+//!
+//! A worker also takes itself off the sleepers' list whenever its park
+//! returns ([`Idle::woke`]): a park can return on an unpark token left from
+//! a wake-up the worker had cancelled, and the entry it registered since
+//! would otherwise stay, so a waker could pick it, awake, over a worker
+//! that sleeps.
 
 use crate::primitives::sync::{fence, AtomicUsize, Mutex, Ordering};
 
@@ -60,7 +97,20 @@ impl Idle {
         self.num_searching.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// The worker stopped searching (it found work, or it will sleep).
+    /// The worker stopped searching because it found work. `true` if it was
+    /// the last searcher: the caller must then re-check the queues (a fence
+    /// was issued) and wake a sleeper ([`worker_to_wake`](Self::worker_to_wake))
+    /// if work is left, since wakers skipped the unpark while it searched.
+    pub fn found_work(&self) -> bool {
+        let last = self.num_searching.fetch_sub(1, Ordering::SeqCst) == 1;
+        if last {
+            fence(Ordering::SeqCst);
+        }
+        last
+    }
+
+    /// The worker stopped searching and will sleep: it re-checks after
+    /// [`prepare_sleep`](Self::prepare_sleep).
     pub fn stop_searching(&self) {
         self.num_searching.fetch_sub(1, Ordering::SeqCst);
     }
@@ -86,6 +136,17 @@ impl Idle {
         }
         // Otherwise a waker already took `me` off the list, and its unpark
         // token makes the next park return at once: harmless.
+    }
+
+    /// Worker `me`'s park returned. Usually a waker took it off the list
+    /// before unparking it, but a park also returns on an unpark token left
+    /// from a wake-up the worker had cancelled (see above), or spuriously;
+    /// its entry then stays, and a waker would later pick this worker, awake
+    /// and perhaps in a long turn, instead of one that sleeps (with two
+    /// workers, the other then sleeps beside queued work). So every worker
+    /// takes itself off the list when it wakes.
+    pub fn woke(&self, me: usize) {
+        self.cancel_sleep(me);
     }
 
     /// Called after new work became visible: the sleeping worker to unpark,
