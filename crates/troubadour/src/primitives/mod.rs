@@ -7,4 +7,6 @@
 pub(crate) mod mailbox;
 pub(crate) mod nodes;
 pub(crate) mod run_state;
+#[cfg(all(unix, not(miri), not(loom)))]
+mod slab_source;
 pub(crate) mod sync;

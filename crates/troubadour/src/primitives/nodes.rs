@@ -14,8 +14,12 @@
 //!
 //! Nodes too big or too strictly aligned for a slab, and nodes that may stay
 //! put for long (stashed messages, whose slab would otherwise stay pinned),
-//! come from mimalloc ([`Placement::Alone`]). Miri cannot run mimalloc's C
-//! code, so under Miri those and the slabs come from the system allocator.
+//! come from mimalloc ([`Placement::Alone`]). Slabs themselves are mapped
+//! from the system (`slab_source.rs`, decision 0032: mimalloc's 16 KiB
+//! aligned blocks were twice their size in resident memory). Miri cannot
+//! run mimalloc's C code nor map memory, so under Miri single nodes and
+//! slabs come from the system allocator; loom builds and non-Unix targets
+//! take slabs from mimalloc.
 //!
 //! # Invariants (the slab count)
 //!
@@ -45,7 +49,7 @@ const HEAP: std::alloc::System = std::alloc::System;
 
 /// Bytes per slab; slabs are aligned to their size so a node finds its
 /// slab's header by masking its address.
-const SLAB: usize = 16 * 1024;
+pub(crate) const SLAB: usize = 16 * 1024;
 /// The header has a cache line to itself: receivers write `live` while the
 /// sender is still writing nodes into the same slab.
 const HEADER: usize = 64;
@@ -120,10 +124,9 @@ fn slab_layout() -> Layout {
     }
 }
 
-/// A fresh slab with its count written; null if out of memory.
+/// A fresh slab with its count written.
 fn new_slab() -> *mut SlabCount {
-    // SAFETY: the layout has a non-zero size.
-    let p = unsafe { GlobalAlloc::alloc(&HEAP, slab_layout()) } as *mut SlabCount;
+    let p = alloc_slab() as *mut SlabCount;
     if p.is_null() {
         std::alloc::handle_alloc_error(slab_layout());
     }
@@ -139,8 +142,38 @@ unsafe fn free_slab(slab: *mut SlabCount) {
     // `new_slab` with this layout and its header written there.
     unsafe {
         ptr::drop_in_place(slab);
-        GlobalAlloc::dealloc(&HEAP, slab as *mut u8, slab_layout());
+        dealloc_slab(slab as *mut u8);
     }
+}
+
+/// `SLAB` bytes aligned to `SLAB`, or null: from the slab source on Unix
+/// (`slab_source.rs` says why not mimalloc), from `HEAP` elsewhere, under
+/// Miri (which cannot map memory) and under loom.
+#[cfg(all(unix, not(miri), not(loom)))]
+fn alloc_slab() -> *mut u8 {
+    super::slab_source::take()
+}
+
+/// # Safety
+/// `slab` came from [`alloc_slab`] and nobody uses it any more.
+#[cfg(all(unix, not(miri), not(loom)))]
+unsafe fn dealloc_slab(slab: *mut u8) {
+    // SAFETY: as this function's contract.
+    unsafe { super::slab_source::give_back(slab) }
+}
+
+#[cfg(not(all(unix, not(miri), not(loom))))]
+fn alloc_slab() -> *mut u8 {
+    // SAFETY: the layout has a non-zero size.
+    unsafe { GlobalAlloc::alloc(&HEAP, slab_layout()) }
+}
+
+/// # Safety
+/// `slab` came from [`alloc_slab`] and nobody uses it any more.
+#[cfg(not(all(unix, not(miri), not(loom))))]
+unsafe fn dealloc_slab(slab: *mut u8) {
+    // SAFETY: allocated by `alloc_slab` from `HEAP` with this layout.
+    unsafe { GlobalAlloc::dealloc(&HEAP, slab, slab_layout()) }
 }
 
 /// # Safety
@@ -318,20 +351,27 @@ pub(crate) fn settle() {
 }
 
 /// Gives this thread its first slab now; for threads that will run actor
-/// turns, when they start. A thread's first slab is its first allocation
-/// from mimalloc, which sets up the thread's heap, and its first touch of
-/// fresh memory, which the kernel may back with a 2 MiB huge page that it
-/// zeroes: on the 2-core VM, `perf record` of workload 8 at its quick size
-/// put 20 % of the workers' time in the kernel's `clear_page_erms` under
-/// the first slab, three times the time of the work itself. Here that cost
-/// is paid while the system starts, not by the first message a worker
-/// sends.
+/// turns, when they start. A thread's first slab is its first touch of
+/// fresh memory, which the kernel zeroes: on the 2-core VM, when slabs came
+/// from mimalloc and its 2 MiB huge pages, `perf record` of workload 8 at
+/// its quick size put 20 % of the workers' time in the kernel's
+/// `clear_page_erms` under the first slab, three times the time of the work
+/// itself. Here that cost (smaller on 4 KiB pages, decision 0032) is paid
+/// while the system starts, not by the first message a worker sends.
 pub(crate) fn prepare_this_thread() {
     let _ = NODES.try_with(|t| {
         if t.slab.get().is_null() {
             t.start_slab();
         }
     });
+}
+
+/// Hands the memory of freed slabs beyond what is kept for reuse back to
+/// the system (`slab_source.rs`); for a worker about to sleep.
+#[inline]
+pub(crate) fn purge_idle_slabs() {
+    #[cfg(all(unix, not(miri), not(loom)))]
+    super::slab_source::purge_excess();
 }
 
 /// Lets this thread batch its frees until [`settle`]; for threads that run

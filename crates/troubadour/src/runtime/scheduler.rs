@@ -727,6 +727,8 @@ fn run_worker(
         }
         // Nothing deferred outside a turn waits for this worker's sleep.
         local.turn_end.run();
+        // Idle now: memory a drained backlog left goes back to the system.
+        crate::primitives::nodes::purge_idle_slabs();
         shared.idle.prepare_sleep(me);
         if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
             shared.idle.cancel_sleep(me);
