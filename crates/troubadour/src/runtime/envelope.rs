@@ -1,6 +1,7 @@
 //! A message in a mailbox: one node holding the intrusive link, a pointer
 //! to a static table of functions for its `(actor, message)` pair, the
-//! message itself and, for an `ask`, the reply channel. One allocation per
+//! message itself and, for an `ask` only, the reply channel (a `tell`'s
+//! node has no room for one: its own table reads it back as none). One allocation per
 //! message, carved from the sending thread's slab (`nodes.rs`); no
 //! `Box<dyn>` inside a box.
 //!
@@ -47,12 +48,40 @@ pub struct Envelope<A: crate::Actor> {
     pub(crate) vtable: &'static EnvelopeVTable<A>,
 }
 
+/// A node: `R` is [`ReplyTo`] for an `ask` and [`NoReply`] for a `tell`, so
+/// a tell's node has no room for a channel it never has. (As
+/// `Option<ReplyTo<_>>` the slot took 16 bytes in every node: the sender is
+/// itself an `Option<Arc<_>>`, so the outer `Option` has no niche left. A
+/// `tell` of a `u64` was a 40-byte node, now 24; decision 0032.)
 #[repr(C)]
-struct Typed<A: crate::Actor, M: Message> {
+struct Typed<A: crate::Actor, M: Message, R> {
     head: Envelope<A>,
     msg: M,
-    reply: Option<ReplyTo<M::Reply>>,
+    reply: R,
     sender: SenderSpan,
+}
+
+/// The reply slot of a `tell`'s node: none.
+struct NoReply;
+
+/// What a node's reply slot holds, read back as the `Option` the handlers
+/// take.
+trait ReplySlotOf<Reply>: Sized {
+    fn into_reply(self) -> Option<ReplyTo<Reply>>;
+}
+
+impl<Reply> ReplySlotOf<Reply> for NoReply {
+    #[inline(always)]
+    fn into_reply(self) -> Option<ReplyTo<Reply>> {
+        None
+    }
+}
+
+impl<Reply> ReplySlotOf<Reply> for ReplyTo<Reply> {
+    #[inline(always)]
+    fn into_reply(self) -> Option<ReplyTo<Reply>> {
+        Some(self)
+    }
 }
 
 /// The span current where a message was sent (feature `tracing`): the
@@ -132,6 +161,9 @@ pub enum Awaiting {}
 ///     const VTABLE: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE;
 ///     const VTABLE_ALONE: &'static EnvelopeVTable<A> =
 ///         <A as Handles<Big, Immediate>>::VTABLE_ALONE;
+///     const VTABLE_ASK: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE_ASK;
+///     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> =
+///         <A as Handles<Big, Immediate>>::VTABLE_ASK_ALONE;
 /// }
 /// ```
 #[diagnostic::on_unimplemented(
@@ -139,11 +171,18 @@ pub enum Awaiting {}
     note = "implement `Handler<{M}>` (or `AsyncHandler<{M}>`) for `{Self}`"
 )]
 pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
+    /// For a `tell`'s node.
     #[doc(hidden)]
     const VTABLE: &'static EnvelopeVTable<Self>;
-    /// For a node allocated alone (a stashed message).
+    /// For a `tell`'s node allocated alone (a stashed message).
     #[doc(hidden)]
     const VTABLE_ALONE: &'static EnvelopeVTable<Self>;
+    /// For an `ask`'s node.
+    #[doc(hidden)]
+    const VTABLE_ASK: &'static EnvelopeVTable<Self>;
+    /// For an `ask`'s node allocated alone.
+    #[doc(hidden)]
+    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<Self>;
 }
 
 /// The seal of [`Handles`]: a public trait in a private module, so no
@@ -157,33 +196,49 @@ impl<A: AsyncHandler<M>, M: Message> sealed::Sealed<M, Awaiting> for A {}
 
 impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_sync::<A, M, false>,
-        discard: discard::<A, M, false>,
+        handle: handle_sync::<A, M, NoReply, false>,
+        discard: discard::<A, M, NoReply, false>,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_sync::<A, M, true>,
-        discard: discard::<A, M, true>,
+        handle: handle_sync::<A, M, NoReply, true>,
+        discard: discard::<A, M, NoReply, true>,
+    };
+    const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, ReplyTo<M::Reply>, false>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+    };
+    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, ReplyTo<M::Reply>, true>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, true>,
     };
 }
 
 impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_async::<A, M, false>,
-        discard: discard::<A, M, false>,
+        handle: handle_async::<A, M, NoReply, false>,
+        discard: discard::<A, M, NoReply, false>,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
-        handle: handle_async::<A, M, true>,
-        discard: discard::<A, M, true>,
+        handle: handle_async::<A, M, NoReply, true>,
+        discard: discard::<A, M, NoReply, true>,
+    };
+    const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, ReplyTo<M::Reply>, false>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+    };
+    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, ReplyTo<M::Reply>, true>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, true>,
     };
 }
 
 /// Where a node of this type lives. `alone` is part of the node's vtable,
 /// so the free side knows it without a flag in the node.
-const fn placement<A: crate::Actor, M: Message>(alone: bool) -> Placement {
+const fn placement<A: crate::Actor, M: Message, R>(alone: bool) -> Placement {
     if alone {
         Placement::Alone
     } else {
-        Placement::for_layout(Layout::new::<Typed<A, M>>())
+        Placement::for_layout(Layout::new::<Typed<A, M, R>>())
     }
 }
 
@@ -194,7 +249,10 @@ where
     A: Handles<M, K>,
     M: Message,
 {
-    build::<A, M>(msg, reply, A::VTABLE, false)
+    match reply {
+        None => build::<A, M, NoReply>(msg, NoReply, A::VTABLE, false),
+        Some(tx) => build::<A, M, ReplyTo<M::Reply>>(msg, tx, A::VTABLE_ASK, false),
+    }
 }
 
 /// Builds a node that may stay put for long (a stashed message): it gets an
@@ -204,18 +262,22 @@ where
     A: Handles<M, K>,
     M: Message,
 {
-    build::<A, M>(msg, reply, A::VTABLE_ALONE, true)
+    match reply {
+        None => build::<A, M, NoReply>(msg, NoReply, A::VTABLE_ALONE, true),
+        Some(tx) => build::<A, M, ReplyTo<M::Reply>>(msg, tx, A::VTABLE_ASK_ALONE, true),
+    }
 }
 
+/// `vtable` must be one made for `Typed<A, M, R>` with this `alone`.
 #[inline]
-fn build<A: crate::Actor, M: Message>(
+fn build<A: crate::Actor, M: Message, R>(
     msg: M,
-    reply: Option<ReplyTo<M::Reply>>,
+    reply: R,
     vtable: &'static EnvelopeVTable<A>,
     alone: bool,
 ) -> *mut Envelope<A> {
-    let p =
-        nodes::alloc(Layout::new::<Typed<A, M>>(), placement::<A, M>(alone)) as *mut Typed<A, M>;
+    let p = nodes::alloc(Layout::new::<Typed<A, M, R>>(), placement::<A, M, R>(alone))
+        as *mut Typed<A, M, R>;
     // SAFETY: fresh memory with the node's size and alignment. Field by
     // field rather than a whole `Typed` built on the stack and copied: the
     // copy's wide loads read back the stack's narrow stores, which the CPU
@@ -237,12 +299,13 @@ fn build<A: crate::Actor, M: Message>(
 ///
 /// # Safety
 /// `p` must come from [`envelope`] (`ALONE == false`) or
-/// [`envelope_alone`] (`ALONE == true`) with the same `A` and `M`.
+/// [`envelope_alone`] (`ALONE == true`) with the same `A` and `M`, for a
+/// `tell` (`R` is [`NoReply`]) or an `ask` (`R` is [`ReplyTo`]).
 #[inline]
-unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(
+unsafe fn take<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
 ) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
-    let p = p as *mut Typed<A, M>;
+    let p = p as *mut Typed<A, M, R>;
     // SAFETY: a live `Typed<A, M>` (contract); each field is read once and
     // the node is freed right after, so nothing is dropped twice. The head
     // (a link and a vtable pointer) needs no drop. The node's placement is
@@ -253,10 +316,10 @@ unsafe fn take<A: crate::Actor, M: Message, const ALONE: bool>(
         let sender = std::ptr::addr_of!((*p).sender).read();
         nodes::free(
             p as *mut u8,
-            Layout::new::<Typed<A, M>>(),
-            placement::<A, M>(ALONE),
+            Layout::new::<Typed<A, M, R>>(),
+            placement::<A, M, R>(ALONE),
         );
-        (msg, reply, sender)
+        (msg, reply.into_reply(), sender)
     }
 }
 
@@ -306,11 +369,11 @@ impl<A: crate::Actor> Envelope<A> {
 ///
 /// # Safety
 /// As for [`take`].
-unsafe fn discard<A: crate::Actor, M: Message, const ALONE: bool>(
+unsafe fn discard<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
 ) -> &'static str {
     // SAFETY: as for `take` (contract).
-    drop(unsafe { take::<A, M, ALONE>(p) });
+    drop(unsafe { take::<A, M, R, ALONE>(p) });
     std::any::type_name::<M>()
 }
 
@@ -396,13 +459,13 @@ pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<
 ///
 /// # Safety
 /// As for [`take`].
-unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
+unsafe fn handle_sync<A: Handler<M>, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
     match reply {
@@ -430,13 +493,18 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, const ALONE: bool>(
 /// As for [`take`] and [`Envelope::handle`]: `actor` lives in the cell
 /// whose turn this is, and a returned future is kept in that cell and
 /// dropped before anything else touches the actor.
-unsafe fn handle_async<A: AsyncHandler<M>, M: Message, const ALONE: bool>(
+unsafe fn handle_async<
+    A: AsyncHandler<M>,
+    M: Message,
+    R: ReplySlotOf<M::Reply>,
+    const ALONE: bool,
+>(
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { take::<A, M, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle_async", ctx, M), _sender);
     let waker = ctx.waker();
