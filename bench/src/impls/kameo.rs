@@ -15,10 +15,12 @@ use kameo::Actor;
 use tokio::sync::oneshot;
 
 use super::Outcome;
-use crate::measure::{join_threads, release_threads, IdleMemory, Stopwatch, IDLE_CENSUS};
+use crate::measure::{
+    join_threads, release_threads, HeldWorkers, IdleMemory, Stopwatch, IDLE_CENSUS,
+};
 use crate::workload::{
-    factorise, leibniz, Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong, Rings,
-    RingsReport, Skynet,
+    factorise, leibniz, Backlog, BacklogReport, Counting, Direct, Failure, FanIn, Idle, IdleReport,
+    Pi, PingPong, Rings, RingsReport, Skynet,
 };
 
 pub struct Kameo {
@@ -222,6 +224,45 @@ impl Message<Sum> for Node {
             self.parent.reply(self.sum).await;
             ctx.stop();
         }
+    }
+}
+
+// 9. backlog
+
+#[derive(Actor)]
+struct BacklogReceiver {
+    j: usize,
+    total: u64,
+    count: u64,
+    per_receiver: u64,
+    totals: std::sync::mpsc::Sender<(usize, u64)>,
+}
+
+struct Value64(u64);
+
+impl Message<Value64> for BacklogReceiver {
+    type Reply = ();
+
+    async fn handle(&mut self, Value64(value): Value64, _: &mut Context<Self, Self::Reply>) {
+        self.total += value;
+        self.count += 1;
+        if self.count == self.per_receiver {
+            let _ = self.totals.send((self.j, self.total));
+        }
+    }
+}
+
+/// Blocks the worker it runs on until the backlog is filled.
+#[derive(Actor)]
+struct Holder(std::sync::Arc<HeldWorkers>);
+
+struct Hold;
+
+impl Message<Hold> for Holder {
+    type Reply = ();
+
+    async fn handle(&mut self, _: Hold, _: &mut Context<Self, Self::Reply>) {
+        self.0.hold();
     }
 }
 
@@ -557,6 +598,36 @@ impl super::Contender for Kameo {
                 shape: p,
             });
             Ok(clock.stop(sum.await.map_err(gone)?))
+        })
+    }
+
+    fn backlog(&self, p: &Backlog) -> Outcome<BacklogReport> {
+        // The producer is the calling thread (every worker is held while it
+        // tells), with kameo's documented send from a blocking thread.
+        let runtime = super::tokio_runtime(self.threads);
+        let _context = runtime.enter();
+        let (to_totals, totals) = std::sync::mpsc::channel();
+        let receivers: Vec<ActorRef<BacklogReceiver>> = (0..p.receivers)
+            .map(|j| {
+                spawn::<BacklogReceiver>(BacklogReceiver {
+                    j,
+                    total: 0,
+                    count: 0,
+                    per_receiver: p.per_receiver,
+                    totals: to_totals.clone(),
+                })
+            })
+            .collect();
+        let held = HeldWorkers::new(self.threads);
+        for _ in 0..self.threads {
+            let holder = spawn::<Holder>(Holder(held.clone()));
+            holder.tell(Hold).blocking_send().map_err(gone)?;
+        }
+        p.drive(&held, &totals, |j, value| {
+            receivers[j]
+                .tell(Value64(value))
+                .blocking_send()
+                .map_err(gone)
         })
     }
 

@@ -12,10 +12,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
 use tokio::sync::oneshot;
 
 use super::Outcome;
-use crate::measure::{join_threads, release_threads, IdleMemory, Stopwatch, IDLE_CENSUS};
+use crate::measure::{
+    join_threads, release_threads, HeldWorkers, IdleMemory, Stopwatch, IDLE_CENSUS,
+};
 use crate::workload::{
-    factorise, leibniz, Counting, Direct, Failure, FanIn, Idle, IdleReport, Pi, PingPong, Rings,
-    RingsReport, Skynet,
+    factorise, leibniz, Backlog, BacklogReport, Counting, Direct, Failure, FanIn, Idle, IdleReport,
+    Pi, PingPong, Rings, RingsReport, Skynet,
 };
 
 pub struct Ractor {
@@ -306,6 +308,75 @@ impl Actor for Tally {
             }
             me.stop(None);
         }
+        Ok(())
+    }
+}
+
+// 9. backlog
+
+struct BacklogReceiver;
+
+struct BacklogState {
+    j: usize,
+    total: u64,
+    count: u64,
+    per_receiver: u64,
+    totals: std::sync::mpsc::Sender<(usize, u64)>,
+}
+
+struct Value64(u64);
+
+impl Actor for BacklogReceiver {
+    type Msg = Value64;
+    type State = BacklogState;
+    type Arguments = BacklogState;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<Value64>,
+        state: BacklogState,
+    ) -> Result<BacklogState, ActorProcessingErr> {
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<Value64>,
+        Value64(v): Value64,
+        s: &mut BacklogState,
+    ) -> Handled {
+        s.total += v;
+        s.count += 1;
+        if s.count == s.per_receiver {
+            let _ = s.totals.send((s.j, s.total));
+        }
+        Ok(())
+    }
+}
+
+/// Blocks the worker it runs on until the backlog is filled.
+struct Holder;
+
+impl Actor for Holder {
+    type Msg = ();
+    type State = std::sync::Arc<HeldWorkers>;
+    type Arguments = std::sync::Arc<HeldWorkers>;
+
+    async fn pre_start(
+        &self,
+        _: ActorRef<()>,
+        held: std::sync::Arc<HeldWorkers>,
+    ) -> Result<std::sync::Arc<HeldWorkers>, ActorProcessingErr> {
+        Ok(held)
+    }
+
+    async fn handle(
+        &self,
+        _: ActorRef<()>,
+        _: (),
+        held: &mut std::sync::Arc<HeldWorkers>,
+    ) -> Handled {
+        held.hold();
         Ok(())
     }
 }
@@ -679,6 +750,41 @@ impl super::Contender for Ractor {
             )
             .await;
             Ok(clock.stop(sum.await.map_err(gone)?))
+        })
+    }
+
+    fn backlog(&self, p: &Backlog) -> Outcome<BacklogReport> {
+        // The producer is the calling thread (every worker is held while it
+        // tells); ractor's `cast` needs no runtime.
+        let runtime = super::tokio_runtime(self.threads);
+        let (to_totals, totals) = std::sync::mpsc::channel();
+        let held = HeldWorkers::new(self.threads);
+        let (receivers, holders) = runtime.block_on({
+            let (p, held, threads) = (p.clone(), held.clone(), self.threads);
+            async move {
+                let mut receivers = Vec::with_capacity(p.receivers);
+                for j in 0..p.receivers {
+                    let state = BacklogState {
+                        j,
+                        total: 0,
+                        count: 0,
+                        per_receiver: p.per_receiver,
+                        totals: to_totals.clone(),
+                    };
+                    receivers.push(spawn(BacklogReceiver, state).await);
+                }
+                let mut holders = Vec::new();
+                for _ in 0..threads {
+                    holders.push(spawn(Holder, held.clone()).await);
+                }
+                (receivers, holders)
+            }
+        });
+        for holder in &holders {
+            holder.cast(()).map_err(gone)?;
+        }
+        p.drive(&held, &totals, |j, value| {
+            receivers[j].cast(Value64(value)).map_err(gone)
         })
     }
 
