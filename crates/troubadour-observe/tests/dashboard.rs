@@ -148,11 +148,29 @@ async fn a_prometheus_scraper_reads_the_runtime_metrics() {
     }
     r.workers[0].ask(Work).await.unwrap();
 
-    let (status, head, body) = get(r.addr, "/metrics", "text/plain").await;
-    assert_eq!(status, 200);
+    // The reply to the ask leaves during the turn that handled the eight
+    // messages, and a turn's count is added when the turn ends: a scrape
+    // may run in between, as a real scraper's may. Scrape until the turn
+    // has ended, and check that scrape.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let (head, body, scrape) = loop {
+        let (status, head, body) = get(r.addr, "/metrics", "text/plain").await;
+        assert_eq!(status, 200);
+        let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+            .expect("the exposition parses as Prometheus text");
+        let turn_ended = scrape.samples.iter().any(|s| {
+            s.metric == "troubadour_messages_handled_total"
+                && s.labels
+                    .get("kind")
+                    .is_some_and(|v| v.ends_with("::Worker"))
+                && matches!(s.value, prometheus_parse::Value::Counter(v) if v >= 8.0)
+        });
+        if turn_ended || std::time::Instant::now() > deadline {
+            break (head, body, scrape);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
     assert!(head.contains("text/plain; version=0.0.4"), "{head}");
-    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
-        .expect("the exposition parses as Prometheus text");
     let value = |name: &str, label: (&str, &str)| {
         scrape
             .samples

@@ -131,7 +131,8 @@ pub struct ActorSample {
     /// system's guardian).
     pub parent: Option<ActorId>,
     /// Messages its handlers have finished (or suspended on), across
-    /// restarts.
+    /// restarts; a turn's messages are added when the turn ends, so a
+    /// reply sent from a handler can arrive before its message is counted.
     pub messages_handled: u64,
     /// Messages waiting in its mailbox at its latest sample (at most
     /// [`DEPTH_CAP`]).
