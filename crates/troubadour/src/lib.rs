@@ -94,6 +94,7 @@ pub use api::error::{
 };
 pub use api::exit::{ActorId, Down, ExitReason, Exited};
 pub use api::fn_actor::FnActor;
+pub use api::handle_here::handle_here;
 pub use api::inbox::{Inbox, Received, Recv, RecvTimeout, Responder};
 pub use api::node_id::NodeId;
 pub use api::supervision::{Restart, Strategy, SupervisorStrategy};

@@ -12,6 +12,7 @@ pub(crate) mod direct;
 pub(crate) mod error;
 pub(crate) mod exit;
 pub(crate) mod fn_actor;
+pub(crate) mod handle_here;
 pub(crate) mod inbox;
 pub(crate) mod node_id;
 pub mod supervision;
