@@ -106,7 +106,9 @@ impl VehicleState {
 /// One bus.
 pub struct Vehicle {
     id: Arc<str>,
-    state: Option<VehicleState>,
+    /// Shared with the answers to `GetState`: an ask copies a pointer, not
+    /// the strings.
+    state: Option<Arc<VehicleState>>,
     updates: u64,
     last_position: Instant,
     idle: Duration,
@@ -181,7 +183,7 @@ impl Handler<Position> for Vehicle {
         }
         self.last_position = ctx.now();
         self.updates += 1;
-        self.state = Some(VehicleState::new(p, self.updates));
+        self.state = Some(Arc::new(VehicleState::new(p, self.updates)));
     }
 }
 
@@ -231,11 +233,11 @@ impl Handler<InjectedPanic> for Vehicle {
 pub struct GetState;
 
 impl Message for GetState {
-    type Reply = Option<VehicleState>;
+    type Reply = Option<Arc<VehicleState>>;
 }
 
 impl Handler<GetState> for Vehicle {
-    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<VehicleState> {
+    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<Arc<VehicleState>> {
         self.state.clone()
     }
 }

@@ -23,7 +23,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{broadcast, watch};
-use troubadour::{ActorRef, AskError, SystemHandle};
+use troubadour::{handle_here, ActorRef, AskError, SystemHandle};
 use troubadour_cluster::Cluster;
 use troubadour_observe::Observer;
 
@@ -80,12 +80,12 @@ pub fn router(shared: Shared) -> Router {
     }
     let dashboard = shared.mount_dashboard.then(|| shared.observer.clone());
     let routes = match &shared.vehicles {
-        Vehicles::Local(_) => routes.with_state(shared),
+        Vehicles::Local(_) => routes.with_state(Arc::new(shared)),
         Vehicles::Cluster(cluster) => {
             let node = troubadour_cluster::http::router(cluster.clone());
             routes
                 .route("/cluster", get(cluster_view))
-                .with_state(shared)
+                .with_state(Arc::new(shared))
                 .nest("/cluster/node", node)
         }
     };
@@ -108,7 +108,7 @@ async fn to_dashboard() -> Response {
 /// `POST /debug/panic?id=`: the vehicle's actor panics on its next turn
 /// (`--debug-faults` only).
 async fn inject_panic(
-    State(shared): State<Shared>,
+    State(shared): State<Arc<Shared>>,
     query: Result<Query<VehicleQuery>, QueryRejection>,
 ) -> Response {
     let Some(id) = query
@@ -178,7 +178,7 @@ struct VehicleQuery {
 }
 
 async fn vehicle(
-    State(shared): State<Shared>,
+    State(shared): State<Arc<Shared>>,
     query: Result<Query<VehicleQuery>, QueryRejection>,
 ) -> Response {
     let started = Instant::now();
@@ -191,7 +191,12 @@ async fn vehicle(
         Some(id) => match &shared.vehicles {
             Vehicles::Local(_) => match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
                 None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
-                Some(actor) => match actor.ask(GetState).timeout(ASK_TIMEOUT).await {
+                // A quick read: the turn runs on this thread when the
+                // vehicle is idle, with no worker woken (decision 0033).
+                Some(actor) => match handle_here(|| actor.ask(GetState))
+                    .timeout(ASK_TIMEOUT)
+                    .await
+                {
                     Ok(Some(state)) => json(StatusCode::OK, &state),
                     Ok(None) => error(
                         StatusCode::NOT_FOUND,
@@ -272,7 +277,7 @@ struct VehiclesQuery {
 }
 
 async fn vehicles(
-    State(shared): State<Shared>,
+    State(shared): State<Arc<Shared>>,
     query: Result<Query<VehiclesQuery>, QueryRejection>,
 ) -> Response {
     let started = Instant::now();
@@ -347,6 +352,7 @@ async fn local_in_box(
         .into_iter()
         .filter_map(|a| a.ok().flatten())
         .filter(|s| bbox.contains(s.lat, s.long))
+        .map(Arc::unwrap_or_clone)
         .collect())
 }
 
@@ -369,7 +375,7 @@ async fn cluster_in_box(cluster: &Cluster, bbox: BoundingBox) -> (Vec<VehicleSta
 }
 
 /// `GET /cluster`: every node's summary, as each answers it.
-async fn cluster_view(State(shared): State<Shared>) -> Response {
+async fn cluster_view(State(shared): State<Arc<Shared>>) -> Response {
     let Vehicles::Cluster(cluster) = &shared.vehicles else {
         return error(StatusCode::NOT_FOUND, "this service is not a cluster");
     };
@@ -390,7 +396,7 @@ async fn cluster_view(State(shared): State<Shared>) -> Response {
     json(StatusCode::OK, &View { nodes })
 }
 
-async fn metrics(State(shared): State<Shared>) -> Response {
+async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
     let mut text = shared.metrics.render(shared.system.dead_letter_count());
     // The runtime's own families (`troubadour_*`: actors, the remote
     // layer and the cluster in a node), beside the service's.
@@ -423,7 +429,7 @@ async fn index() -> Response {
 }
 
 async fn events(
-    State(shared): State<Shared>,
+    State(shared): State<Arc<Shared>>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let state = (shared.updates.subscribe(), shared.stop.clone());
     let stream = futures_util::stream::unfold(state, |(mut rx, mut stop)| async move {

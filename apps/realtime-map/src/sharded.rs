@@ -169,8 +169,10 @@ impl Handler<Position> for VirtualVehicle {
 }
 
 impl Handler<GetState> for VirtualVehicle {
-    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<VehicleState> {
-        self.state.as_ref().map(|s| s.state(&self.id, &self.node))
+    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<Arc<VehicleState>> {
+        self.state
+            .as_ref()
+            .map(|s| Arc::new(s.state(&self.id, &self.node)))
     }
 }
 
