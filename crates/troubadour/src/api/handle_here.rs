@@ -3,9 +3,9 @@
 //! A tokio task that asks an actor hands the message to the workers: a
 //! worker is woken, runs the turn, and the reply wakes the task again on
 //! its own thread. For a quick handler (a read of the actor's state) those
-//! two hand-overs cost more than the handler: an HTTP service asking one
-//! actor per request spent most of the difference from a service with no
-//! actors on them (decision 0033). [`handle_here`] lets the sender run the
+//! two hand-overs cost more than the handler: most of what an HTTP service
+//! asking one actor per request spent beyond the same service with no
+//! actors went to them (decision 0033). [`handle_here`] lets the sender run the
 //! turn itself when the actor was idle, so the reply is ready when the task
 //! awaits it, with no thread woken on either side.
 
