@@ -164,6 +164,78 @@ fn names_are_unique_and_released_on_stop() {
     assert!(system.whereis_id("clock").is_none());
 }
 
+/// Four threads race to register eight names, look them up, release them
+/// (by stopping the holder or by `unregister`) and stop actors that lost.
+/// Each thread only releases what it holds, so from its own point of view
+/// a name it holds answers with its actor until it lets go, and a name it
+/// let go of never answers with that actor again: two threads each holding
+/// one name, or a release that leaves the name pointing at a stopped actor,
+/// fails the assertions.
+#[test]
+fn names_stay_unique_while_threads_race_to_take_release_and_look_them_up() {
+    let system = ActorSystem::new();
+    let (tx, _rx) = log();
+    let names: Vec<String> = (0..8).map(|i| format!("slot-{i}")).collect();
+    std::thread::scope(|s| {
+        for t in 0..4u64 {
+            let (system, tx, names) = (&system, tx.clone(), &names);
+            s.spawn(move || {
+                let mut rng = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1);
+                let mut next = move || {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng
+                };
+                let mut held: Vec<(String, ActorRef<Ticker>)> = Vec::new();
+                for _ in 0..1_500 {
+                    let name = &names[(next() % 8) as usize];
+                    let a = ticker(system, &tx);
+                    match system.register(name, &a) {
+                        Ok(()) => held.push((name.clone(), a)),
+                        Err(RegistryError::NameTaken(n)) => {
+                            assert_eq!(&n, name);
+                            a.stop();
+                        }
+                        Err(e) => panic!("registering a live actor failed: {e}"),
+                    }
+                    for (n, a) in &held {
+                        assert_eq!(system.whereis_id(n), Some(a.id()), "{n} changed hands");
+                        assert_eq!(system.whereis::<Ticker>(n).as_ref(), Some(a));
+                    }
+                    if !held.is_empty() && next() % 2 == 0 {
+                        let i = (next() % held.len() as u64) as usize;
+                        let (n, a) = held.swap_remove(i);
+                        if next() % 2 == 0 {
+                            assert!(system.unregister(&n), "{n} was held");
+                            a.stop();
+                        } else {
+                            a.stop();
+                            system.block_on(a.wait_stopped());
+                        }
+                        assert_ne!(
+                            system.whereis_id(&n),
+                            Some(a.id()),
+                            "{n} outlived its release"
+                        );
+                    }
+                }
+                for (_, a) in held {
+                    a.stop();
+                    system.block_on(a.wait_stopped());
+                }
+            });
+        }
+    });
+    // Every holder stopped: every name is free again.
+    assert_eq!(system.registered_names(), Vec::new());
+    let (tx, _rx) = log();
+    for n in &names {
+        assert!(system.whereis_id(n).is_none());
+        system.register(n, &ticker(&system, &tx)).unwrap();
+    }
+}
+
 #[test]
 fn spawn_with_a_taken_name_fails() {
     let system = ActorSystem::new();

@@ -338,7 +338,10 @@ impl<A: Actor> ActorRef<A> {
             state,
             timeout: system.config.ask_timeout,
             sleep: None,
-            system: system.clone(),
+            // The actor, not the system: its count is in this thread's
+            // cache after the send, the system's is shared by every
+            // asking thread.
+            clock: self.cell.clone(),
         }
     }
 
@@ -351,12 +354,11 @@ impl<A: Actor> ActorRef<A> {
             Ok(()) => AskState::Remote(rx),
             Err(e) => AskState::Failed(Some(e.into())),
         };
-        let system = &self.cell.system;
         Ask {
             state,
-            timeout: system.config.ask_timeout,
+            timeout: self.cell.system.config.ask_timeout,
             sleep: None,
-            system: system.clone(),
+            clock: self.cell.clone(),
         }
     }
 
@@ -485,7 +487,26 @@ pub struct Ask<R> {
     state: AskState<R>,
     timeout: Duration,
     sleep: Option<Deadline>,
-    system: Arc<SystemCore>,
+    /// Where the timeout's clock is.
+    clock: Arc<dyn AskClock>,
+}
+
+/// What an [`Ask`] reaches its system's clock through: the asked actor, or
+/// the system itself.
+trait AskClock: Send + Sync {
+    fn system(&self) -> &SystemCore;
+}
+
+impl AskClock for SystemCore {
+    fn system(&self) -> &SystemCore {
+        self
+    }
+}
+
+impl<A: Actor> AskClock for ActorCell<A> {
+    fn system(&self) -> &SystemCore {
+        &self.system
+    }
 }
 
 impl<R> Ask<R> {
@@ -495,7 +516,7 @@ impl<R> Ask<R> {
             state: AskState::Waiting(rx),
             timeout: system.config.ask_timeout,
             sleep: None,
-            system: system.clone(),
+            clock: system.clone(),
         }
     }
 
@@ -505,7 +526,7 @@ impl<R> Ask<R> {
             state: AskState::Failed(Some(error)),
             timeout: system.config.ask_timeout,
             sleep: None,
-            system: system.clone(),
+            clock: system.clone(),
         }
     }
 
@@ -545,11 +566,11 @@ impl<R> Future for Ask<R> {
             },
         }
         let timeout = this.timeout;
-        let system = &this.system;
+        let system = this.clock.system();
         let deadline = this
             .sleep
-            .get_or_insert_with(|| Deadline::start(&**system, timeout));
-        match deadline.poll(&**system, cx) {
+            .get_or_insert_with(|| Deadline::start(system, timeout));
+        match deadline.poll(system, cx) {
             Poll::Ready(Expiry::Elapsed) => Poll::Ready(Err(AskError::Timeout(timeout))),
             Poll::Ready(Expiry::SystemDown) => Poll::Ready(Err(AskError::SystemShutdown)),
             Poll::Pending => Poll::Pending,

@@ -24,7 +24,7 @@ use crate::primitives::run_state::{
     Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, SEALED, TOP_LEVEL, WOKEN,
 };
 use crate::runtime::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
-use crate::runtime::scheduler::{Runnable, Turn};
+use crate::runtime::scheduler::{Runnable, Scheduler, Turn};
 use crate::runtime::signal::{ControlHandle, Signal, SignalNode, Watcher};
 use crate::runtime::system::SystemCore;
 use crate::simulation::in_flight::InFlight;
@@ -1142,6 +1142,10 @@ impl<A: Actor> Runnable for ActorCell<A> {
 
     fn id(&self) -> ActorId {
         self.id
+    }
+
+    fn scheduler(&self) -> &Scheduler {
+        &self.system.scheduler
     }
 }
 

@@ -9,7 +9,7 @@ use crate::runtime::cell::ActorCell;
 use crate::runtime::signal::ControlHandle;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 struct NameEntry {
     id: ActorId,
@@ -18,36 +18,43 @@ struct NameEntry {
     typed: Arc<dyn Any + Send + Sync>,
 }
 
-#[derive(Default)]
-struct Names {
-    by_name: HashMap<String, NameEntry>,
-    by_actor: HashMap<ActorId, Vec<String>>,
-}
-
 type GroupKey = (String, TypeId);
 
 #[derive(Default)]
 pub(crate) struct Registry {
-    names: RwLock<Names>,
+    /// Name → actor. Look-ups write nothing shared: under a lock, even a
+    /// read lock writes its lock word, and two tokio threads looking up
+    /// actors by name spent more time passing that word's cache line
+    /// between them than looking up (decision 0035).
+    by_name: papaya::HashMap<String, NameEntry>,
+    /// Each actor's names, for releasing them when it stops. Every change
+    /// to the names holds this lock: changes run one at a time, so the two
+    /// tables always agree; look-ups never take it.
+    by_actor: Mutex<HashMap<ActorId, Vec<String>>>,
     groups: RwLock<HashMap<GroupKey, Box<dyn Any + Send + Sync>>>,
 }
 
 impl Registry {
+    fn changing(&self) -> std::sync::MutexGuard<'_, HashMap<ActorId, Vec<String>>> {
+        self.by_actor.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     pub(crate) fn register<A: Actor>(
         &self,
         name: String,
         actor: &ActorRef<A>,
     ) -> Result<(), RegistryError> {
         let cell = actor.cell();
-        let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(held) = names.by_name.get(&name) {
+        let mut by_actor = self.changing();
+        let by_name = self.by_name.pin();
+        if let Some(held) = by_name.get(&name) {
             // A holder that stopped but has not been cleaned up yet (it is
             // mid-stop) no longer owns the name.
             if !held.control.is_stopped() {
                 return Err(RegistryError::NameTaken(name));
             }
             let old = held.id;
-            if let Some(list) = names.by_actor.get_mut(&old) {
+            if let Some(list) = by_actor.get_mut(&old) {
                 list.retain(|n| n != &name);
             }
         }
@@ -55,12 +62,8 @@ impl Registry {
             return Err(RegistryError::Stopped);
         }
         cell.mark_named();
-        names
-            .by_actor
-            .entry(cell.id)
-            .or_default()
-            .push(name.clone());
-        names.by_name.insert(
+        by_actor.entry(cell.id).or_default().push(name.clone());
+        by_name.insert(
             name,
             NameEntry {
                 id: cell.id,
@@ -68,7 +71,7 @@ impl Registry {
                 typed: cell.clone(),
             },
         );
-        drop(names);
+        drop(by_actor);
         // The actor may have stopped between the check and the mark, after
         // its stop already cleaned the registry: undo for it.
         if cell.is_closed() {
@@ -79,13 +82,14 @@ impl Registry {
     }
 
     pub(crate) fn unregister(&self, name: &str) -> bool {
-        let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
-        match names.by_name.remove(name) {
+        let mut by_actor = self.changing();
+        let by_name = self.by_name.pin();
+        match by_name.remove(name) {
             Some(entry) => {
-                if let Some(list) = names.by_actor.get_mut(&entry.id) {
+                if let Some(list) = by_actor.get_mut(&entry.id) {
                     list.retain(|n| n != name);
                     if list.is_empty() {
-                        names.by_actor.remove(&entry.id);
+                        by_actor.remove(&entry.id);
                     }
                 }
                 true
@@ -95,8 +99,8 @@ impl Registry {
     }
 
     pub(crate) fn whereis<A: Actor>(&self, name: &str) -> Option<ActorRef<A>> {
-        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
-        let entry = names.by_name.get(name)?;
+        let by_name = self.by_name.pin();
+        let entry = by_name.get(name)?;
         if entry.control.is_stopped() {
             return None;
         }
@@ -106,9 +110,9 @@ impl Registry {
 
     /// Every registered name with its actor, sorted by name.
     pub(crate) fn names(&self) -> Vec<(String, ActorId)> {
-        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
-        let mut all: Vec<_> = names
+        let mut all: Vec<_> = self
             .by_name
+            .pin()
             .iter()
             .filter(|(_, e)| !e.control.is_stopped())
             .map(|(n, e)| (n.clone(), e.id))
@@ -118,9 +122,8 @@ impl Registry {
     }
 
     pub(crate) fn whereis_id(&self, name: &str) -> Option<ActorId> {
-        let names = self.names.read().unwrap_or_else(|p| p.into_inner());
-        names
-            .by_name
+        self.by_name
+            .pin()
             .get(name)
             .filter(|e| !e.control.is_stopped())
             .map(|e| e.id)
@@ -128,11 +131,12 @@ impl Registry {
 
     /// Releases every name an actor holds (it stopped).
     pub(crate) fn remove_actor(&self, id: ActorId) {
-        let mut names = self.names.write().unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = names.by_actor.remove(&id) {
+        let mut by_actor = self.changing();
+        if let Some(list) = by_actor.remove(&id) {
+            let by_name = self.by_name.pin();
             for n in list {
-                if names.by_name.get(&n).is_some_and(|e| e.id == id) {
-                    names.by_name.remove(&n);
+                if by_name.get(&n).is_some_and(|e| e.id == id) {
+                    by_name.remove(&n);
                 }
             }
         }
@@ -140,7 +144,10 @@ impl Registry {
 
     /// Forgets every name and group (system shutdown).
     pub(crate) fn clear(&self) {
-        *self.names.write().unwrap_or_else(|p| p.into_inner()) = Names::default();
+        let mut by_actor = self.changing();
+        self.by_name.pin().clear();
+        by_actor.clear();
+        drop(by_actor);
         self.groups
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -94,6 +94,10 @@ pub(crate) trait Runnable: Send + Sync + 'static {
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
     fn is_finished(&self) -> bool;
     fn id(&self) -> ActorId;
+    /// The scheduler that runs this actor. Borrowed from the actor, so
+    /// code holding a task reaches the scheduler without touching the
+    /// scheduler's reference count, which every thread shares.
+    fn scheduler(&self) -> &Scheduler;
 }
 
 pub(crate) type Task = Arc<dyn Runnable>;

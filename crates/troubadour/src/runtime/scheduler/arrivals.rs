@@ -30,7 +30,10 @@ use std::sync::Arc;
 struct Keeper {
     /// Inside [`keep_arrival`]: the next schedule is kept.
     keeping: Cell<bool>,
-    kept: RefCell<Option<(Arc<Shared>, Task)>>,
+    /// Its scheduler is borrowed from it when needed: each thread cloning
+    /// the scheduler's `Arc` per delivery would pass that count's cache
+    /// line between the cores on every message.
+    kept: RefCell<Option<Task>>,
     /// The delivery woke more than one actor: nothing is kept.
     crowded: Cell<bool>,
     /// The scheduler whose actor is running a turn here (null: none), for
@@ -46,7 +49,6 @@ thread_local! {
 /// An actor woken by a delivery, whose turn the receiving thread may run
 /// itself. See [`keep_arrival`](crate::remote::keep_arrival).
 pub struct Arrival {
-    shared: Arc<Shared>,
     task: Option<Task>,
 }
 
@@ -80,15 +82,15 @@ impl Arrival {
     /// tokio task.
     pub fn run(mut self) {
         let Some(task) = self.task.take() else { return };
-        let shared = self.shared.clone();
+        let shared = &task.scheduler().shared;
         if shared.shutdown.load(std::sync::atomic::Ordering::Relaxed) {
             // The workers are gone; the queue is drained by the shutdown.
-            shared.injector.push(task);
+            Arc::clone(shared).injector.push(task);
             return;
         }
         let _crash_reports = crash_report::actor_thread(shared.crash_reports);
         let turn = KEEPER.with(|k| {
-            let was = k.running.replace(Arc::as_ptr(&shared));
+            let was = k.running.replace(Arc::as_ptr(shared));
             // Restores the flag even if the turn unwinds (a panic outside
             // the handler's own catch), so the thread is never left
             // looking like a worker.
@@ -106,8 +108,7 @@ impl Arrival {
             turn
         });
         if let Turn::Again = turn {
-            shared.injector.push(task);
-            shared.wake_one();
+            to_workers(task);
         }
     }
 }
@@ -116,10 +117,16 @@ impl Drop for Arrival {
     fn drop(&mut self) {
         if let Some(task) = self.task.take() {
             // Not run here: a worker runs it, as it would have.
-            self.shared.injector.push(task);
-            self.shared.wake_one();
+            to_workers(task);
         }
     }
+}
+
+/// Queues an actor for its scheduler's workers and wakes one.
+fn to_workers(task: Task) {
+    let shared = Arc::clone(&task.scheduler().shared);
+    shared.injector.push(task);
+    shared.wake_one();
 }
 
 /// See [`keep_arrival`](crate::remote::keep_arrival).
@@ -148,10 +155,7 @@ fn stop_keeping() -> Option<Arrival> {
         k.crowded.set(false);
         k.kept.borrow_mut().take()
     });
-    kept.map(|(shared, task)| Arrival {
-        shared,
-        task: Some(task),
-    })
+    kept.map(|task| Arrival { task: Some(task) })
 }
 
 /// Called by `Shared::schedule` off the workers: keeps `task` if this
@@ -166,18 +170,17 @@ pub(super) fn keep(shared: &Arc<Shared>, task: Task) -> Option<Task> {
             return Some(task);
         }
         let mut kept = k.kept.borrow_mut();
-        if let Some((first, first_task)) = kept.take() {
+        if let Some(first) = kept.take() {
             // A second actor: the workers get both (the first one first,
             // as it was woken first). A delivery that wakes several actors
             // has work for several threads, and the reading thread is
             // better spent reading the next frames.
             k.crowded.set(true);
             drop(kept);
-            first.injector.push(first_task);
-            first.wake_one();
+            to_workers(first);
             return Some(task);
         }
-        *kept = Some((shared.clone(), task));
+        *kept = Some(task);
         None
     })
 }

@@ -1,0 +1,139 @@
+//! What one look-up by name and one `handle_here` ask cost when two tokio
+//! threads do them at once, against a plain `HashMap` read: the
+//! realtime map's `/vehicle` path without HTTP (decision 0035).
+//!
+//! ```text
+//! bench/target/release/ask-by-name [table|whereis|actor] [threads]
+//! ```
+//!
+//! Each of `threads` tokio tasks (one per worker thread) picks names at
+//! random among 2,000 registered actors, 1,000,000 times each. `table`
+//! reads a shared `HashMap<String, Arc<String>>`; `whereis` looks the actor
+//! up by name; `actor` looks it up and asks it for its state inside
+//! `handle_here`. Prints nanoseconds per operation and thread (wall time ×
+//! threads ÷ operations), after checking every answer.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use troubadour::{handle_here, Actor, ActorSystem, Context, Handler, Message};
+
+const ACTORS: usize = 2_000;
+const PER_THREAD: u64 = 1_000_000;
+
+struct Vehicle {
+    state: Arc<String>,
+}
+impl Actor for Vehicle {}
+
+struct GetState;
+impl Message for GetState {
+    type Reply = Arc<String>;
+}
+impl Handler<GetState> for Vehicle {
+    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Arc<String> {
+        self.state.clone()
+    }
+}
+
+fn state_of(id: &str) -> String {
+    format!("state of {id}")
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let mode = args.next().unwrap_or_else(|| "actor".into());
+    let threads: u64 = args
+        .next()
+        .map_or(2, |t| t.parse().expect("threads: a number"));
+    if !matches!(mode.as_str(), "table" | "whereis" | "actor") {
+        eprintln!("usage: ask-by-name [table|whereis|actor] [threads]; got `{mode}`");
+        std::process::exit(2);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads as usize)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let system = ActorSystem::new();
+    let ids: Arc<Vec<String>> = Arc::new(
+        (0..ACTORS)
+            .map(|i| format!("{}/{}", i % 17, i * 7))
+            .collect(),
+    );
+    let mut table = HashMap::new();
+    for id in ids.iter() {
+        let state = Arc::new(state_of(id));
+        let actor = system
+            .spawn(Vehicle {
+                state: state.clone(),
+            })
+            .expect("spawn");
+        system
+            .register(&format!("vehicle/{id}"), &actor)
+            .expect("a free name");
+        table.insert(id.clone(), state);
+    }
+    let table = Arc::new(table);
+    let started = Instant::now();
+    let checked: u64 = runtime.block_on(async {
+        let tasks: Vec<_> = (0..threads)
+            .map(|t| {
+                let (system, table, ids, mode) =
+                    (system.handle(), table.clone(), ids.clone(), mode.clone());
+                tokio::spawn(async move {
+                    let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1);
+                    let mut answers = 0;
+                    for i in 0..PER_THREAD {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        let id = &ids[(x % ACTORS as u64) as usize];
+                        let ok = match mode.as_str() {
+                            "table" => table
+                                .get(id.as_str())
+                                .map(Arc::clone)
+                                .is_some_and(|s| s.ends_with(id.as_str())),
+                            "whereis" => system
+                                .whereis::<Vehicle>(&format!("vehicle/{id}"))
+                                .is_some(),
+                            _ => {
+                                let actor = system
+                                    .whereis::<Vehicle>(&format!("vehicle/{id}"))
+                                    .expect("registered");
+                                let state = handle_here(|| actor.ask(GetState))
+                                    .timeout(Duration::from_secs(5))
+                                    .await
+                                    .expect("an answer");
+                                state.ends_with(id.as_str())
+                            }
+                        };
+                        answers += u64::from(ok);
+                        if i % 64 == 0 {
+                            // Let the runtime's other tasks (none here) run, as a server's would.
+                            tokio::task::yield_now().await;
+                        }
+                    }
+                    answers
+                })
+            })
+            .collect();
+        let mut sum = 0;
+        for t in tasks {
+            sum += t.await.expect("a task");
+        }
+        sum
+    });
+    let elapsed = started.elapsed();
+    assert_eq!(
+        checked,
+        threads * PER_THREAD,
+        "every answer names the asked vehicle"
+    );
+    println!(
+        "{mode}: {:.1} ns per operation and thread ({threads} threads, {} operations, {:.0} ms)",
+        elapsed.as_nanos() as f64 * threads as f64 / (threads * PER_THREAD) as f64,
+        threads * PER_THREAD,
+        elapsed.as_secs_f64() * 1e3
+    );
+}
