@@ -369,8 +369,15 @@ impl Node {
                 .group::<NodeBatch>()
                 .group::<InBox>()
                 .group::<Summarize>()
-                .entity::<VirtualVehicle>(move |id| {
-                    VirtualVehicle::new(id, node.clone(), &behind, map.clone(), metrics.clone())
+                .entity_in_shard::<VirtualVehicle>(move |id, at| {
+                    VirtualVehicle::new(
+                        id,
+                        at.epoch,
+                        node.clone(),
+                        &behind,
+                        map.clone(),
+                        metrics.clone(),
+                    )
                 })
                 // A vehicle's next owner reads what it left here.
                 .before_handoff(move || {

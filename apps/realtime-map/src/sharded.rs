@@ -96,10 +96,13 @@ pub struct VirtualVehicle {
 }
 
 impl VirtualVehicle {
-    /// The vehicle `id` on `node`, its state kept by `behind`, its moves
+    /// The vehicle `id` on `node`, whose shard it owns at `epoch`, its
+    /// state kept by `behind` (written with that epoch, so a node that
+    /// lost the shard cannot overwrite what the new owner wrote), its moves
     /// drawn by `map`.
     pub fn new(
         id: &str,
+        epoch: u64,
         node: Arc<str>,
         behind: &WriteBehind,
         map: ActorRef<MapNode>,
@@ -107,7 +110,7 @@ impl VirtualVehicle {
     ) -> Self {
         VirtualVehicle {
             id: id.into(),
-            state: Durable::new(behind, state_key(id), None),
+            state: Durable::new(behind, state_key(id), None).epoch(epoch),
             node,
             map,
             behind: behind.clone(),
@@ -156,6 +159,13 @@ impl Handler<Position> for VirtualVehicle {
     fn handle(&mut self, p: Position, ctx: &mut Context<Self>) {
         self.metrics.positions_handled.fetch_add(1, Relaxed);
         if misrouted(&self.id, &p, ctx) {
+            return;
+        }
+        if let Some(newer) = self.state.superseded_by() {
+            // The store holds this vehicle's state from a newer owner of
+            // its shard: this node lost the shard and has not noticed yet.
+            tracing::warn!(vehicle = %self.id, newer, "stale vehicle activation stops");
+            ctx.stop();
             return;
         }
         let updates = self.state.as_ref().map_or(0, |s| s.updates) + 1;

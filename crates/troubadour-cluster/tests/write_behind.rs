@@ -90,8 +90,10 @@ fn node(
     let mut builder = Cluster::builder(leases.clone())
         .lease(Duration::from_secs(3), Duration::from_millis(300))
         .membership(fast_membership())
-        .entity::<Meter>(move |id| Meter {
-            value: Durable::new(&b, id, Value::default()),
+        // Written with the epoch of the shard: the next owner's epoch is
+        // newer, so what it writes replaces what this node left.
+        .entity_in_shard::<Meter>(move |id, at| Meter {
+            value: Durable::new(&b, id, Value::default()).epoch(at.epoch),
         });
     if flush_on_handoff {
         builder = builder.before_handoff(move || {

@@ -3,6 +3,7 @@
 
 use crate::error::JournalError;
 use crate::store::Fenced;
+use crate::write_behind::Superseded;
 use tokio::sync::oneshot;
 
 /// Where a write's answer goes.
@@ -41,6 +42,10 @@ pub(crate) enum Pending {
     Fence(Reply<Fenced>, Result<Fenced, JournalError>),
     Unit(Reply<()>, Result<(), JournalError>),
     Count(Reply<i64>, Result<i64, JournalError>),
+    States(
+        Reply<Vec<Superseded>>,
+        Result<Vec<Superseded>, JournalError>,
+    ),
 }
 
 impl Pending {
@@ -49,6 +54,7 @@ impl Pending {
             Pending::Fence(_, r) => r.as_ref().err(),
             Pending::Unit(_, r) => r.as_ref().err(),
             Pending::Count(_, r) => r.as_ref().err(),
+            Pending::States(_, r) => r.as_ref().err(),
         }
     }
 
@@ -63,6 +69,9 @@ impl Pending {
                 let _ = tx.send(decided(r, failed));
             }
             Pending::Count(tx, r) => {
+                let _ = tx.send(decided(r, failed));
+            }
+            Pending::States(tx, r) => {
                 let _ = tx.send(decided(r, failed));
             }
         }

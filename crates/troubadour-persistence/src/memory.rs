@@ -9,7 +9,7 @@ use crate::reminders::{ReminderRecord, ReminderStore};
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
-use crate::write_behind::StateStore;
+use crate::write_behind::{StateStore, StateWrite, Superseded};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,7 +30,8 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     ids: Mutex<HashMap<String, History>>,
-    states: Mutex<HashMap<String, StoredEvent>>,
+    /// Each key's state and the epoch it was written at.
+    states: Mutex<HashMap<String, (u64, StoredEvent)>>,
     reminders: Mutex<BTreeMap<(String, String, String), ReminderRecord>>,
     unavailable: AtomicBool,
 }
@@ -194,18 +195,37 @@ impl SnapshotStore for MemoryStore {
 }
 
 impl StateStore for MemoryStore {
-    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>> {
         let inner = self.inner.clone();
         self.with(move |_| {
-            inner.states.lock().unwrap().extend(states);
-            Ok(())
+            let mut stored = inner.states.lock().unwrap();
+            let mut superseded = Vec::new();
+            for w in states {
+                match stored.get(&w.key) {
+                    Some(&(current, _)) if current > w.epoch => superseded.push(Superseded {
+                        key: w.key,
+                        current,
+                    }),
+                    _ => {
+                        stored.insert(w.key, (w.epoch, w.state));
+                    }
+                }
+            }
+            Ok(superseded)
         })
     }
 
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
         let inner = self.inner.clone();
         let key = key.to_string();
-        self.with(move |_| Ok(inner.states.lock().unwrap().get(&key).cloned()))
+        self.with(move |_| {
+            Ok(inner
+                .states
+                .lock()
+                .unwrap()
+                .get(&key)
+                .map(|(_, s)| s.clone()))
+        })
     }
 }
 

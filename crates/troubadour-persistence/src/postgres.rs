@@ -27,6 +27,7 @@ use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
+use crate::write_behind::{StateWrite, Superseded};
 use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,11 +54,14 @@ CREATE TABLE IF NOT EXISTS troubadour_writers (
 );
 CREATE TABLE IF NOT EXISTS troubadour_states (
     key text PRIMARY KEY,
+    epoch bigint NOT NULL DEFAULT 0,
     type_name text NOT NULL,
     version integer NOT NULL,
     codec text NOT NULL,
     payload bytea NOT NULL
 );
+-- Databases made before states carried their writer's epoch.
+ALTER TABLE troubadour_states ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL DEFAULT 0;
 CREATE TABLE IF NOT EXISTS troubadour_reminders (
     kind text NOT NULL,
     id text NOT NULL,
@@ -721,30 +725,52 @@ fn pg_error(e: tokio_postgres::Error) -> JournalError {
 }
 
 impl crate::write_behind::StateStore for PostgresStore {
-    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>> {
         // A batch of its own (the flusher already batches), in one
         // statement; keys sorted so that two nodes' batches lock rows in
-        // the same order.
+        // the same order. A row of a newer epoch keeps its state (the
+        // `WHERE` of the update); those keys come back from the second
+        // statement, which sees the rows the first one locked.
         self.read(move |mut client| async move {
             let mut states = states;
-            states.sort_by(|a, b| a.0.cmp(&b.0));
-            states.dedup_by(|a, b| a.0 == b.0);
-            let keys: Vec<&str> = states.iter().map(|(k, _)| k.as_str()).collect();
-            let types: Vec<&str> = states.iter().map(|(_, s)| s.type_name.as_str()).collect();
-            let versions: Vec<i32> = states.iter().map(|(_, s)| s.version as i32).collect();
-            let codecs: Vec<&str> = states.iter().map(|(_, s)| s.codec.as_str()).collect();
-            let payloads: Vec<&[u8]> = states.iter().map(|(_, s)| s.payload.as_slice()).collect();
+            states.sort_by(|a, b| a.key.cmp(&b.key));
+            states.dedup_by(|a, b| a.key == b.key);
+            let keys: Vec<&str> = states.iter().map(|w| w.key.as_str()).collect();
+            let epochs: Vec<i64> = states.iter().map(|w| w.epoch as i64).collect();
+            let types: Vec<&str> = states.iter().map(|w| w.state.type_name.as_str()).collect();
+            let versions: Vec<i32> = states.iter().map(|w| w.state.version as i32).collect();
+            let codecs: Vec<&str> = states.iter().map(|w| w.state.codec.as_str()).collect();
+            let payloads: Vec<&[u8]> = states.iter().map(|w| w.state.payload.as_slice()).collect();
             let tx = client.transaction().await.map_err(pg_error)?;
             tx.execute(
-                "INSERT INTO troubadour_states (key, type_name, version, codec, payload)
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::integer[], $4::text[], $5::bytea[])
-                 ON CONFLICT (key) DO UPDATE SET type_name = excluded.type_name,
-                   version = excluded.version, codec = excluded.codec, payload = excluded.payload",
-                &[&keys, &types, &versions, &codecs, &payloads],
+                "INSERT INTO troubadour_states (key, epoch, type_name, version, codec, payload)
+                 SELECT * FROM unnest($1::text[], $2::bigint[], $3::text[], $4::integer[],
+                                      $5::text[], $6::bytea[])
+                 ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch,
+                   type_name = excluded.type_name, version = excluded.version,
+                   codec = excluded.codec, payload = excluded.payload
+                 WHERE troubadour_states.epoch <= excluded.epoch",
+                &[&keys, &epochs, &types, &versions, &codecs, &payloads],
             )
             .await
             .map_err(pg_error)?;
-            tx.commit().await.map_err(pg_error)
+            let refused = tx
+                .query(
+                    "SELECT s.key, s.epoch FROM troubadour_states s
+                     JOIN unnest($1::text[], $2::bigint[]) AS w(key, epoch) ON s.key = w.key
+                     WHERE s.epoch > w.epoch",
+                    &[&keys, &epochs],
+                )
+                .await
+                .map_err(pg_error)?;
+            tx.commit().await.map_err(pg_error)?;
+            Ok(refused
+                .iter()
+                .map(|row| Superseded {
+                    key: row.get(0),
+                    current: row.get::<_, i64>(1) as u64,
+                })
+                .collect())
         })
     }
 

@@ -26,6 +26,7 @@ use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
+use crate::write_behind::{StateWrite, Superseded};
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -96,6 +97,7 @@ CREATE TABLE IF NOT EXISTS troubadour_writers (
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS troubadour_states (
     key TEXT PRIMARY KEY,
+    epoch INTEGER NOT NULL DEFAULT 0,
     type_name TEXT NOT NULL,
     version INTEGER NOT NULL,
     codec TEXT NOT NULL,
@@ -152,7 +154,7 @@ enum Write {
     DeleteTo(String, u64, Reply<()>),
     SaveSnapshot(String, SnapshotRecord, Reply<()>),
     DeleteSnapshots(String, u64, Reply<()>),
-    States(Vec<(String, StoredEvent)>, Reply<()>),
+    States(Vec<StateWrite>, Reply<Vec<Superseded>>),
     /// Other crate modules' writes (reminders), in the same batches.
     Exec(WriteWork, Reply<i64>),
 }
@@ -199,6 +201,7 @@ impl SqliteStore {
             // writer's commits.
             .and_then(|_| writer.pragma_update(None, "wal_autocheckpoint", 0))
             .and_then(|_| writer.execute_batch(SCHEMA))
+            .and_then(|_| add_state_epochs(&writer))
             .and_then(|_| match options.max_size {
                 Some(bytes) => {
                     let page: i64 = writer.query_row("PRAGMA page_size", [], |r| r.get(0))?;
@@ -488,6 +491,22 @@ impl Known {
     }
 }
 
+/// A database made before states carried their writer's epoch gets the
+/// column; its states count as epoch 0, which any writer may replace.
+fn add_state_epochs(conn: &Connection) -> rusqlite::Result<()> {
+    let has: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('troubadour_states') WHERE name = 'epoch'",
+        [],
+        |row| row.get(0),
+    )?;
+    if has == 0 {
+        conn.execute_batch(
+            "ALTER TABLE troubadour_states ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0",
+        )?;
+    }
+    Ok(())
+}
+
 fn data_version(conn: &Connection) -> Result<i64, JournalError> {
     conn.query_row("PRAGMA data_version", [], |row| row.get(0))
         .map_err(store_error)
@@ -501,8 +520,10 @@ fn refuse(write: Write, e: JournalError) {
         Write::Append(_, tx)
         | Write::DeleteTo(_, _, tx)
         | Write::SaveSnapshot(_, _, tx)
-        | Write::DeleteSnapshots(_, _, tx)
-        | Write::States(_, tx) => {
+        | Write::DeleteSnapshots(_, _, tx) => {
+            let _ = tx.send(Err(e));
+        }
+        Write::States(_, tx) => {
             let _ = tx.send(Err(e));
         }
         Write::Exec(_, tx) => {
@@ -536,7 +557,7 @@ fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
             .map(|_| ())
             .map_err(store_error),
         ),
-        Write::States(states, tx) => Pending::Unit(tx, write_states(conn, &states)),
+        Write::States(states, tx) => Pending::States(tx, write_states(conn, &states)),
         Write::Exec(work, tx) => Pending::Count(tx, work(conn)),
         Write::DeleteSnapshots(id, below, tx) => Pending::Unit(
             tx,
@@ -748,18 +769,44 @@ fn latest(conn: &Connection, id: &str) -> Result<Option<SnapshotRecord>, Journal
     .map_err(|e| corrupt_row(id, e))
 }
 
-fn write_states(conn: &Connection, states: &[(String, StoredEvent)]) -> Result<(), JournalError> {
-    let mut st = conn
+/// Each state replaces its key's unless the key holds a newer epoch's
+/// (those come back).
+fn write_states(conn: &Connection, states: &[StateWrite]) -> Result<Vec<Superseded>, JournalError> {
+    let mut upsert = conn
         .prepare_cached(
-            "INSERT OR REPLACE INTO troubadour_states (key, type_name, version, codec, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT INTO troubadour_states (key, epoch, type_name, version, codec, payload)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+             ON CONFLICT (key) DO UPDATE SET epoch = excluded.epoch,
+               type_name = excluded.type_name, version = excluded.version,
+               codec = excluded.codec, payload = excluded.payload
+             WHERE excluded.epoch >= troubadour_states.epoch",
         )
         .map_err(store_error)?;
-    for (key, s) in states {
-        st.execute(params![key, s.type_name, s.version, s.codec, s.payload])
+    let mut superseded = Vec::new();
+    for w in states {
+        let s = &w.state;
+        let written = upsert
+            .execute(params![
+                w.key,
+                w.epoch as i64,
+                s.type_name,
+                s.version,
+                s.codec,
+                s.payload
+            ])
             .map_err(store_error)?;
+        if written == 0 {
+            let current: i64 = conn
+                .prepare_cached("SELECT epoch FROM troubadour_states WHERE key = ?1")
+                .and_then(|mut st| st.query_row(params![w.key], |row| row.get(0)))
+                .map_err(store_error)?;
+            superseded.push(Superseded {
+                key: w.key.clone(),
+                current: current as u64,
+            });
+        }
     }
-    Ok(())
+    Ok(superseded)
 }
 
 fn read_state(conn: &Connection, key: &str) -> Result<Option<StoredEvent>, JournalError> {
@@ -808,7 +855,7 @@ fn opening(path: &Path, e: rusqlite::Error) -> JournalError {
 }
 
 impl crate::write_behind::StateStore for SqliteStore {
-    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>> {
         self.write(move |r| Write::States(states, r))
     }
 

@@ -20,6 +20,18 @@
 //!
 //! Before a state moves to another node (a cluster's handoff), await
 //! [`Durable::flushed`], so that the next activation reads it.
+//!
+//! # Fenced by epoch
+//!
+//! In a cluster each state is written with the epoch of the shard its
+//! actor was activated in ([`Durable::epoch`]). A store never replaces a
+//! state with one of an older epoch: once the shard's new owner has
+//! written, a node that lost the shard but has not noticed yet (paused,
+//! cut off from the lease store, or flushing what it kept pending while
+//! the store was away) cannot overwrite it. Its write is refused, its
+//! [`Durable`] learns so ([`Durable::superseded_by`], and
+//! [`Durable::flushed`] fails with [`JournalError::Fenced`]), and its
+//! later changes are no longer queued.
 
 use crate::error::{JournalError, RecoveryError};
 use crate::event::StoredEvent;
@@ -34,9 +46,10 @@ use troubadour::ExitReason;
 
 /// A key-value store of actors' states, written in batches.
 pub trait StateStore: Send + Sync + 'static {
-    /// Writes every `(key, state)` in one transaction, replacing what the
-    /// keys held.
-    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()>;
+    /// Writes every state in one transaction, replacing what its key held,
+    /// except where the key holds a state of a newer epoch: that state
+    /// stays, and the key comes back in the answer with the epoch it holds.
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>>;
 
     /// The state stored under `key`.
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>>;
@@ -44,6 +57,27 @@ pub trait StateStore: Send + Sync + 'static {
 
 /// The type name states are stored under.
 const STATE: &str = "state";
+
+/// One state for [`StateStore::write_states`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct StateWrite {
+    /// The key it is stored under.
+    pub key: String,
+    /// The epoch of its writer (0 outside a cluster).
+    pub epoch: u64,
+    /// The encoded state.
+    pub state: StoredEvent,
+}
+
+/// A [`StateWrite`] a store refused because its key holds a state of a
+/// newer epoch.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Superseded {
+    /// The key.
+    pub key: String,
+    /// The newer epoch the key's state was written at.
+    pub current: u64,
+}
 
 /// The node's write-behind flusher: collects the latest state of every
 /// changed [`Durable`] and writes them in one transaction per period.
@@ -69,10 +103,14 @@ struct Shared {
 
 #[derive(Default)]
 struct Pending {
-    states: HashMap<String, StoredEvent>,
+    /// Each key's latest state and the epoch it was written at.
+    states: HashMap<String, (u64, StoredEvent)>,
     /// Flushes started; a change made now goes out with flush
     /// `started + 1`.
     started: u64,
+    /// Keys whose write a store refused, with the newer epoch it holds:
+    /// activations here at an older epoch are stale.
+    superseded: HashMap<String, u64>,
 }
 
 impl WriteBehind {
@@ -130,14 +168,27 @@ impl WriteBehind {
         self.flush().await
     }
 
-    fn queue(&self, key: &str, state: StoredEvent) -> u64 {
+    /// Queues `state` for the next flush (its generation), unless a store
+    /// already refused this key for a newer epoch (`Err` with that epoch).
+    fn queue(&self, key: &str, epoch: u64, state: StoredEvent) -> Result<u64, u64> {
         let mut pending = self.shared.pending.lock().unwrap();
-        pending.states.insert(key.to_string(), state);
-        pending.started + 1
+        if let Some(&current) = pending.superseded.get(key).filter(|&&c| c > epoch) {
+            return Err(current);
+        }
+        pending.states.insert(key.to_string(), (epoch, state));
+        Ok(pending.started + 1)
     }
 
     fn pending_state(&self, key: &str) -> Option<StoredEvent> {
-        self.shared.pending.lock().unwrap().states.get(key).cloned()
+        let pending = self.shared.pending.lock().unwrap();
+        pending.states.get(key).map(|(_, state)| state.clone())
+    }
+
+    /// The newer epoch a store holds for `key`, if it refused a write of
+    /// `epoch` or older.
+    fn superseded(&self, key: &str, epoch: u64) -> Option<u64> {
+        let pending = self.shared.pending.lock().unwrap();
+        pending.superseded.get(key).copied().filter(|&c| c > epoch)
     }
 }
 
@@ -164,24 +215,48 @@ async fn flush_once(shared: &Shared) -> Result<(), JournalError> {
         (std::mem::take(&mut pending.states), pending.started)
     };
     let result = if batch.is_empty() {
-        Ok(())
+        Ok(Vec::new())
     } else {
-        let states: Vec<(String, StoredEvent)> =
-            batch.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let states = batch
+            .iter()
+            .map(|(key, (epoch, state))| StateWrite {
+                key: key.clone(),
+                epoch: *epoch,
+                state: state.clone(),
+            })
+            .collect();
         shared.store.write_states(states).await
     };
-    match &result {
-        Ok(()) => {
+    match result {
+        Ok(superseded) => {
+            if !superseded.is_empty() {
+                tracing::warn!(
+                    states = superseded.len(),
+                    "write-behind states refused: their keys hold states of newer epochs \
+                     (their shards moved to other nodes); these activations are stale"
+                );
+                let mut pending = shared.pending.lock().unwrap();
+                for Superseded { key, current } in superseded {
+                    // A change queued since, by this stale activation, is
+                    // refused too.
+                    if pending.states.get(&key).is_some_and(|(e, _)| *e < current) {
+                        pending.states.remove(&key);
+                    }
+                    let held = pending.superseded.entry(key).or_insert(current);
+                    *held = (*held).max(current);
+                }
+            }
             shared.completed.send_replace(generation);
+            Ok(())
         }
-        Err(_) => {
+        Err(e) => {
             let mut pending = shared.pending.lock().unwrap();
             for (k, v) in batch {
                 pending.states.entry(k).or_insert(v);
             }
+            Err(e)
         }
     }
-    result
 }
 
 /// An actor's state kept by write-behind: read through `Deref`, changed
@@ -228,6 +303,8 @@ pub struct Durable<S> {
     key: String,
     state: S,
     behind: WriteBehind,
+    /// The writer's epoch (see the module's "Fenced by epoch").
+    epoch: u64,
     /// The flush generation that writes the last change.
     queued_for: u64,
 }
@@ -240,8 +317,19 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
             key: key.into(),
             state: initial,
             behind: behind.clone(),
+            epoch: 0,
             queued_for: 0,
         }
+    }
+
+    /// The writer's epoch: in a cluster, the epoch of the shard that hosts
+    /// the actor (`troubadour-cluster`'s `entity_in_shard` tells the
+    /// factory). Stores keep the state of the newest epoch that wrote a
+    /// key: once a newer owner has written, this one's writes are refused.
+    /// 0 (the default) outside a cluster.
+    pub fn epoch(mut self, epoch: u64) -> Self {
+        self.epoch = epoch;
+        self
     }
 
     /// The key.
@@ -249,9 +337,28 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
         &self.key
     }
 
+    /// The newer epoch whose state a store kept when it refused this
+    /// activation's write, if one did: the actor's shard has moved, its
+    /// changes are no longer written, and it should stop (its next
+    /// activation, on the shard's owner, reads the newer state).
+    pub fn superseded_by(&self) -> Option<u64> {
+        self.behind.superseded(&self.key, self.epoch)
+    }
+
+    fn fenced(&self, current: u64) -> JournalError {
+        JournalError::Fenced {
+            persistence_id: self.key.clone(),
+            epoch: self.epoch,
+            current,
+        }
+    }
+
     /// Loads the latest state: one still waiting to be flushed on this
     /// node, else the stored one, else keeps the initial state.
     pub async fn load(&mut self) -> Result<(), RecoveryError> {
+        if let Some(current) = self.superseded_by() {
+            return Err(self.fenced(current).into());
+        }
         let stored = match self.behind.pending_state(&self.key) {
             Some(s) => Some(s),
             None => self.behind.shared.store.read_state(&self.key).await?,
@@ -276,11 +383,18 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
 
     /// Changes the state and queues it for the next flush. The state is
     /// encoded now (a state that fails to encode is kept in memory, not
-    /// queued, and logged).
+    /// queued, and logged). Once [superseded](Durable::superseded_by), the
+    /// change is kept in memory only.
     pub fn update<R>(&mut self, change: impl FnOnce(&mut S) -> R) -> R {
         let out = change(&mut self.state);
         match StoredEvent::encode_with(STATE, 1, &self.state) {
-            Ok(stored) => self.queued_for = self.behind.queue(&self.key, stored),
+            Ok(stored) => match self.behind.queue(&self.key, self.epoch, stored) {
+                Ok(generation) => self.queued_for = generation,
+                Err(current) => tracing::debug!(
+                    key = %self.key, epoch = self.epoch, current,
+                    "a superseded write-behind state is not queued"
+                ),
+            },
             Err(e) => {
                 tracing::warn!(key = %self.key, error = %e, "a write-behind state did not encode; not queued")
             }
@@ -290,18 +404,23 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
 
     /// Waits until the last change is durable, asking for a flush now
     /// rather than at the end of the period. Await it before the state
-    /// moves to another node.
+    /// moves to another node. Fails with [`JournalError::Fenced`] once a
+    /// store has refused this activation's state for a newer epoch's.
     pub async fn flushed(&self) -> Result<(), JournalError> {
         let mut completed = self.behind.completed();
-        if *completed.borrow() >= self.queued_for {
-            return Ok(());
+        if *completed.borrow() < self.queued_for {
+            self.behind.flush_soon();
+            completed
+                .wait_for(|c| *c >= self.queued_for)
+                .await
+                .map_err(|_| {
+                    JournalError::Unavailable("the write-behind flusher stopped".into())
+                })?;
         }
-        self.behind.flush_soon();
-        completed
-            .wait_for(|c| *c >= self.queued_for)
-            .await
-            .map(|_| ())
-            .map_err(|_| JournalError::Unavailable("the write-behind flusher stopped".into()))
+        match self.superseded_by() {
+            Some(current) => Err(self.fenced(current)),
+            None => Ok(()),
+        }
     }
 }
 

@@ -72,11 +72,32 @@ impl AsyncHandler<Flushed> for Sensor {
 }
 
 fn sensor(system: &ActorSystem, behind: &WriteBehind, key: &str) -> ActorRef<Sensor> {
+    sensor_at(system, behind, key, 0)
+}
+
+/// A sensor activated in a cluster's shard at `epoch`.
+fn sensor_at(
+    system: &ActorSystem,
+    behind: &WriteBehind,
+    key: &str,
+    epoch: u64,
+) -> ActorRef<Sensor> {
     system
         .spawn(Sensor {
-            reading: Durable::new(behind, key, Reading::default()),
+            reading: Durable::new(behind, key, Reading::default()).epoch(epoch),
         })
         .unwrap()
+}
+
+/// The newer epoch that superseded the sensor's state, if any.
+struct Superseding;
+impl Message for Superseding {
+    type Reply = Option<u64>;
+}
+impl Handler<Superseding> for Sensor {
+    fn handle(&mut self, _: Superseding, _: &mut Context<Self>) -> Option<u64> {
+        self.reading.superseded_by()
+    }
 }
 
 /// A state store that counts the batches it is given.
@@ -86,7 +107,7 @@ struct Counted {
     batches: Arc<Mutex<Vec<usize>>>,
 }
 impl StateStore for Counted {
-    fn write_states(&self, states: Vec<(String, StoredEvent)>) -> StoreFuture<'_, ()> {
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>> {
         self.batches.lock().unwrap().push(states.len());
         self.inner.write_states(states)
     }
@@ -158,6 +179,138 @@ fn many_changes_reach_the_store_as_one_batch_and_a_new_activation_reads_them() {
             );
         }
     });
+}
+
+/// The split brain write-behind must survive: node A hosted the bus at
+/// epoch 1 and lost the shard without noticing; node B owns it at epoch 2
+/// and has written. What A still writes is refused, B's state stays, A
+/// learns it is stale, and the shard coming back to A at a newer epoch
+/// writes again.
+#[test]
+fn a_stale_owner_cannot_overwrite_the_state_of_a_newer_epoch() {
+    each_store(|reopen| {
+        let system = ActorSystem::new();
+        let node_a = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let node_b = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let stored = |key: &str| -> u64 {
+            let store = reopen();
+            let state = system.block_on(store.read_state(key)).unwrap().unwrap();
+            state.decode_as::<Reading>().unwrap().value
+        };
+
+        let on_a = sensor_at(&system, &node_a, "bus", 1);
+        on_a.ask(Set(1)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_a.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+
+        let on_b = sensor_at(&system, &node_b, "bus", 2);
+        assert_eq!(on_b.ask(Read).timeout(LIVENESS).wait().unwrap().value, 1);
+        on_b.ask(Set(2)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_b.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+
+        // A, stale, changes the bus again and flushes: refused.
+        on_a.ask(Set(99)).timeout(LIVENESS).wait().unwrap();
+        match on_a.ask(Flushed).timeout(LIVENESS).wait().unwrap() {
+            Err(JournalError::Fenced {
+                persistence_id,
+                epoch: 1,
+                current: 2,
+            }) => assert_eq!(persistence_id, "bus"),
+            other => panic!("the stale owner's flush should be fenced, got {other:?}"),
+        }
+        assert_eq!(stored("bus"), 2);
+        assert_eq!(
+            on_a.ask(Superseding).timeout(LIVENESS).wait().unwrap(),
+            Some(2)
+        );
+        assert_eq!(
+            on_b.ask(Superseding).timeout(LIVENESS).wait().unwrap(),
+            None
+        );
+        // Its later changes are not queued: a flush of A writes nothing.
+        on_a.ask(Set(100)).timeout(LIVENESS).wait().unwrap();
+        system.block_on(node_a.flush()).unwrap();
+        assert_eq!(stored("bus"), 2);
+        // A stale activation started on A at the old epoch fails to load.
+        let late = sensor_at(&system, &node_a, "bus", 1);
+        system.block_on(late.wait_stopped());
+
+        // B goes on writing.
+        on_b.ask(Set(3)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_b.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        assert_eq!(stored("bus"), 3);
+
+        // The shard comes back to A at epoch 3: its new activation reads
+        // B's state and writes over it.
+        on_a.stop();
+        on_b.stop();
+        let back = sensor_at(&system, &node_a, "bus", 3);
+        assert_eq!(back.ask(Read).timeout(LIVENESS).wait().unwrap().value, 3);
+        back.ask(Set(4)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(back.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        assert_eq!(stored("bus"), 4);
+    });
+}
+
+/// One store shared by two write-behinds (two nodes' connections).
+struct SharedStore(Arc<dyn StateStore>);
+impl StateStore for SharedStore {
+    fn write_states(&self, states: Vec<StateWrite>) -> StoreFuture<'_, Vec<Superseded>> {
+        self.0.write_states(states)
+    }
+    fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
+        self.0.read_state(key)
+    }
+}
+
+/// A SQLite database written before states carried an epoch opens, keeps
+/// its states, and takes fenced writes.
+#[test]
+fn a_database_from_before_epochs_keeps_its_states() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old.db");
+    let old = StoredEvent::encode_with(
+        "state",
+        1,
+        &Reading {
+            value: 7,
+            changes: 7,
+        },
+    )
+    .unwrap();
+    {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE troubadour_states (
+                key TEXT PRIMARY KEY, type_name TEXT NOT NULL, version INTEGER NOT NULL,
+                codec TEXT NOT NULL, payload BLOB NOT NULL
+            ) WITHOUT ROWID;",
+        )
+        .unwrap();
+        conn.execute(
+            "INSERT INTO troubadour_states VALUES (?1, ?2, ?3, ?4, ?5)",
+            rusqlite::params!["old", old.type_name, old.version, old.codec, old.payload],
+        )
+        .unwrap();
+    }
+    let system = ActorSystem::new();
+    let store = SqliteStore::open(&path).unwrap();
+    let behind = WriteBehind::start(store.clone(), NEVER, system.tokio_handle());
+    let s = sensor_at(&system, &behind, "old", 5);
+    assert_eq!(s.ask(Read).timeout(LIVENESS).wait().unwrap().value, 7);
+    s.ask(Set(8)).timeout(LIVENESS).wait().unwrap();
+    assert_eq!(s.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+    let stale = system.block_on(store.write_states(vec![StateWrite {
+        key: "old".into(),
+        epoch: 4,
+        state: old,
+    }]));
+    assert_eq!(
+        stale.unwrap(),
+        vec![Superseded {
+            key: "old".into(),
+            current: 5
+        }]
+    );
 }
 
 #[test]
