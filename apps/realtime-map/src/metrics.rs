@@ -78,6 +78,9 @@ pub struct Metrics {
     pub vehicle_restarts: AtomicU64,
     /// Vehicle actors alive now.
     pub vehicles_alive: AtomicI64,
+    /// In a cluster: batches of map moves this node received for its
+    /// browsers (from every node, itself included).
+    pub map_batches_received: AtomicU64,
     /// Positions per second over the last second (sampled).
     pub positions_per_second: AtomicU64,
     /// HTTP answers by class: 2xx, 4xx, 5xx.
@@ -172,6 +175,12 @@ impl Metrics {
             "counter",
             "Vehicle actors stopped after the idle time without a position.",
             get(&self.vehicles_passivated),
+        );
+        metric(
+            "realtime_map_map_batches_received_total",
+            "counter",
+            "Batches of map moves received for this node's browsers (a cluster sends them only to nodes with browsers open).",
+            get(&self.map_batches_received),
         );
         metric(
             "realtime_map_vehicle_restarts_total",

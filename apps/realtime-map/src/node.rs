@@ -10,7 +10,7 @@ use crate::http::{self, Shared, Vehicles};
 use crate::ingest::{self, Broker, Subscription};
 use crate::metrics::Metrics;
 use crate::sharded::{
-    InBox, MapNode, NodeBatch, Summarize, VirtualVehicle, IN_BOX_GROUP, MAP_GROUP, SUMMARY_GROUP,
+    InBox, MapNode, NodeBatch, Summarize, VirtualVehicle, IN_BOX_GROUP, SUMMARY_GROUP,
 };
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -402,8 +402,9 @@ impl Node {
                 .map_err(|e| NodeError::Cluster(e.to_string()))?
         };
         let _ = started.set(cluster.clone());
+        // The map feed (MAP_GROUP) is joined by the MapNode itself while
+        // its node has browsers open.
         for joined in [
-            cluster.group::<NodeBatch>(MAP_GROUP).join(&map),
             cluster.group::<InBox>(IN_BOX_GROUP).join(&map),
             cluster.group::<Summarize>(SUMMARY_GROUP).join(&map),
         ] {

@@ -179,10 +179,19 @@ impl Handler<Position> for VirtualVehicle {
 }
 
 impl Handler<GetState> for VirtualVehicle {
-    fn handle(&mut self, _: GetState, _: &mut Context<Self>) -> Option<Arc<VehicleState>> {
-        self.state
+    fn handle(&mut self, _: GetState, ctx: &mut Context<Self>) -> Option<Arc<VehicleState>> {
+        let state = self
+            .state
             .as_ref()
-            .map(|s| Arc::new(s.state(&self.id, &self.node)))
+            .map(|s| Arc::new(s.state(&self.id, &self.node)));
+        if state.is_none() {
+            // No position here or in the store: an id nobody reports
+            // (a typo, a scan). It goes at once rather than after the idle
+            // time, so asking for made-up ids cannot fill the cluster with
+            // empty vehicles; a real bus comes back with its next position.
+            ctx.stop();
+        }
+        state
     }
 }
 
@@ -267,7 +276,9 @@ pub struct NodeSummary {
     pub balanced: bool,
 }
 
-/// The group every [`MapNode`] joins to receive every node's batches.
+/// The group a [`MapNode`] is in while its node has browsers open: it
+/// receives every node's batches. With no browser open anywhere, the
+/// moves cross no network.
 pub const MAP_GROUP: &str = "realtime-map.map";
 /// The group every [`MapNode`] joins to answer box queries.
 pub const IN_BOX_GROUP: &str = "realtime-map.in-box";
@@ -287,6 +298,8 @@ pub struct MapNode {
     changes: MapChanges,
     /// This node's browsers.
     updates: broadcast::Sender<MapBatch>,
+    /// In [`MAP_GROUP`]: this node had browsers open at the last batch.
+    watched: bool,
     /// Set once the cluster has started (it needs the vehicles' factory,
     /// which needs this actor).
     cluster: Arc<OnceLock<Cluster>>,
@@ -309,6 +322,7 @@ impl MapNode {
             vehicles: HashMap::new(),
             changes: MapChanges::default(),
             updates,
+            watched: false,
             cluster,
             metrics,
         }
@@ -347,11 +361,27 @@ impl Handler<Left> for MapNode {
 }
 
 impl Handler<Flush> for MapNode {
-    fn handle(&mut self, _: Flush, _: &mut Context<Self>) {
+    fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
         let Some(feed) = self.feed() else { return };
+        // Take the others' batches only while someone here looks (a page
+        // opened now draws /vehicles first, then the moves from the next
+        // batch on).
+        let watched = self.updates.receiver_count() > 0;
+        if watched != self.watched {
+            let me = ctx.myself();
+            let changed = if watched {
+                feed.join(&me)
+            } else {
+                feed.leave(&me)
+            };
+            match changed {
+                Ok(()) => self.watched = watched,
+                Err(e) => tracing::warn!("map feed: cannot change membership: {e}"),
+            }
+        }
         if let Some(batch) = self.changes.take_batch(Some(&self.node)) {
-            // Every node's MapNode, this one included, hands it to its
-            // browsers.
+            // To the MapNodes of the nodes with browsers open, this one
+            // included if it has some; to nobody if no node has.
             let _ = feed.broadcast(NodeBatch(batch.to_string()));
         }
     }
@@ -359,7 +389,9 @@ impl Handler<Flush> for MapNode {
 
 impl Handler<NodeBatch> for MapNode {
     fn handle(&mut self, NodeBatch(batch): NodeBatch, _: &mut Context<Self>) {
-        // No receivers is fine: nobody is looking at this node's map.
+        self.metrics.map_batches_received.fetch_add(1, Relaxed);
+        // No receivers is fine: the last browser closed since this node
+        // left the feed.
         let _ = self.updates.send(batch.into());
     }
 }

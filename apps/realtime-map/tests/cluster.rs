@@ -246,6 +246,48 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
         (status, v["error"].as_str()),
         (404, Some("no vehicle with id 99/99999"))
     );
+    // Ids nobody reports leave no vehicle behind: after 40 of them the
+    // cluster holds its buses again, long before the 60 s idle time.
+    for i in 0..40 {
+        let (status, _) = get_json(addrs[i % 3], &format!("/vehicle?id=made-up/{i}")).unwrap();
+        assert_eq!(status, 404);
+    }
+    let vehicles_alive = |addr: SocketAddr| -> Option<usize> {
+        let (_, metrics) = get(addr, "/metrics")?;
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("realtime_map_vehicles_alive "))?;
+        line.rsplit(' ').next()?.parse().ok()
+    };
+    eventually(
+        "made-up ids leave no vehicle",
+        Duration::from_secs(10),
+        || {
+            let total: usize = addrs
+                .iter()
+                .map(|a| vehicles_alive(*a))
+                .sum::<Option<usize>>()?;
+            (total == VEHICLES).then_some(())
+        },
+    );
+
+    // With no page open anywhere, no node has been sent the map's moves
+    // (the buses have been moving since every one of them was on the map).
+    let batches_received = |addr: SocketAddr| -> u64 {
+        let (_, metrics) = get(addr, "/metrics").unwrap();
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with("realtime_map_map_batches_received_total "))
+            .unwrap_or_else(|| panic!("no batch counter in:\n{metrics}"));
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    for addr in &addrs {
+        assert_eq!(
+            batches_received(*addr),
+            0,
+            "batches sent to {addr} with no page open"
+        );
+    }
 
     // The live map of one node draws every node's buses.
     let drawn = nodes_on_the_map(addrs[2], Duration::from_secs(3));
@@ -254,6 +296,9 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
         3,
         "the stream of node3 carried batches of {drawn:?}"
     );
+    // Only the node with the page open was sent them.
+    assert!(batches_received(addrs[2]) > 0);
+    assert_eq!(batches_received(addrs[0]), 0, "node1 has no page open");
 
     // kill -9 of node2 while the feed runs.
     let (victim_pid, victim_addr) = launcher.nodes[1];
