@@ -18,11 +18,10 @@ use crate::lease::{
 };
 use crate::renewals::SeenRenewals;
 use crate::shard::{ShardCount, ShardId};
-use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use std::fmt;
 use std::future::Future;
 use std::time::{Duration, Instant};
-use tokio_postgres::NoTls;
 
 /// A [`LeaseStore`] in PostgreSQL. See the [module docs](crate::lease) for
 /// the rules, and this module's source docs for how it keeps them without
@@ -44,19 +43,14 @@ pub struct PostgresLeaseStore {
 }
 
 impl PostgresLeaseStore {
-    /// A store on the database at `url` (`postgres://user:password@host:port/db`),
-    /// with a pool of connections that reconnects after a server restart.
+    /// A store on the database at `url` (`postgres://user:password@host:port/db`;
+    /// TLS with `?sslmode=verify-full&sslrootcert=<CA file>`, see
+    /// `troubadour-postgres`), with a pool of connections that reconnects after a server restart.
     /// Call from within a tokio runtime (an actor system's `block_on`): its
     /// connections run there.
     pub async fn connect(url: &str) -> Result<PostgresLeaseStore, LeaseError> {
-        let mut config = Config::new();
-        config.url = Some(url.to_string());
-        config.manager = Some(ManagerConfig {
-            recycling_method: RecyclingMethod::Verified,
-        });
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1), NoTls)
-            .map_err(|e| LeaseError::Unavailable(format!("bad PostgreSQL settings: {e}")))?;
+        let pool =
+            troubadour_postgres::pool(url).map_err(|e| LeaseError::Unavailable(e.to_string()))?;
         let store = PostgresLeaseStore {
             pool,
             runtime: tokio::runtime::Handle::current(),
@@ -83,7 +77,10 @@ impl PostgresLeaseStore {
         let pool = self.pool.clone();
         let task = self.runtime.spawn(async move {
             let client = pool.get().await.map_err(|e| {
-                LeaseError::Unavailable(format!("no connection to PostgreSQL: {e}"))
+                LeaseError::Unavailable(format!(
+                    "no connection to PostgreSQL: {}",
+                    troubadour_postgres::describe(&e)
+                ))
             })?;
             work(client).await
         });
@@ -98,7 +95,7 @@ impl PostgresLeaseStore {
 }
 
 fn unavailable(e: tokio_postgres::Error) -> LeaseError {
-    LeaseError::Unavailable(format!("PostgreSQL: {e}"))
+    LeaseError::Unavailable(format!("PostgreSQL: {}", troubadour_postgres::describe(&e)))
 }
 
 fn shard_row(row: &tokio_postgres::Row) -> Assignment {

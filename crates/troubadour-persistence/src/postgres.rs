@@ -28,13 +28,12 @@ use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
 use crate::write_behind::{StateWrite, Superseded};
-use deadpool_postgres::{Config, ManagerConfig, Pool, RecyclingMethod, Runtime};
+use deadpool_postgres::Pool;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS troubadour_journal (
@@ -154,19 +153,14 @@ impl Write {
 }
 
 impl PostgresStore {
-    /// A store on the database at `url` (`postgres://user:password@host:port/db`),
-    /// with a pool of connections that reconnects after a server restart;
+    /// A store on the database at `url` (`postgres://user:password@host:port/db`;
+    /// TLS with `?sslmode=verify-full&sslrootcert=<CA file>`, see
+    /// `troubadour-postgres`), with a pool of connections that reconnects after a server restart;
     /// creates the schema if missing. Call from within a tokio runtime (an
     /// actor system's `block_on`): the connections and the writer run there.
     pub async fn connect(url: &str) -> Result<PostgresStore, JournalError> {
-        let mut config = Config::new();
-        config.url = Some(url.to_string());
-        config.manager = Some(ManagerConfig {
-            recycling_method: RecyclingMethod::Verified,
-        });
-        let pool = config
-            .create_pool(Some(Runtime::Tokio1), NoTls)
-            .map_err(|e| JournalError::Unavailable(format!("bad PostgreSQL settings: {e}")))?;
+        let pool =
+            troubadour_postgres::pool(url).map_err(|e| JournalError::Unavailable(e.to_string()))?;
         let mut client = pool.get().await.map_err(no_connection)?;
         let tx = client.transaction().await.map_err(pg_error)?;
         // One process at a time creates the schema.
@@ -712,15 +706,20 @@ fn stored_event(row: &tokio_postgres::Row, first: usize) -> StoredEvent {
 }
 
 fn no_connection(e: deadpool_postgres::PoolError) -> JournalError {
-    JournalError::Unavailable(format!("no connection to PostgreSQL: {e}"))
+    JournalError::Unavailable(format!(
+        "no connection to PostgreSQL: {}",
+        troubadour_postgres::describe(&e)
+    ))
 }
 
 fn pg_error(e: tokio_postgres::Error) -> JournalError {
     match e.code() {
         Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::OUT_OF_MEMORY => {
-            JournalError::StorageFull(format!("PostgreSQL: {e}"))
+            JournalError::StorageFull(format!("PostgreSQL: {}", troubadour_postgres::describe(&e)))
         }
-        _ => JournalError::Unavailable(format!("PostgreSQL: {e}")),
+        _ => {
+            JournalError::Unavailable(format!("PostgreSQL: {}", troubadour_postgres::describe(&e)))
+        }
     }
 }
 

@@ -14,6 +14,9 @@ pub struct Server {
     port: u16,
     /// Whether commits are synced (`fsync=on`); tests run without.
     durable: bool,
+    /// Only TLS connections, with this server's certificate (see
+    /// [`Server::start_tls`]).
+    tls: bool,
 }
 
 fn bin_dir() -> PathBuf {
@@ -54,15 +57,21 @@ static SERVERS: AtomicU32 = AtomicU32::new(0);
 
 impl Server {
     pub fn start() -> Server {
-        Self::start_with(false)
+        Self::start_with(false, None)
     }
 
     /// A server whose commits are synced, as in production: for benchmarks.
     pub fn start_durable() -> Server {
-        Self::start_with(true)
+        Self::start_with(true, None)
     }
 
-    fn start_with(durable: bool) -> Server {
+    /// A server that accepts only TLS connections, presenting `cert_pem`
+    /// (with its key `key_pem`).
+    pub fn start_tls(cert_pem: &str, key_pem: &str) -> Server {
+        Self::start_with(false, Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(durable: bool, tls: Option<(&str, &str)>) -> Server {
         let bin = bin_dir();
         let dir = std::env::temp_dir().join(format!(
             "troubadour-pg-{}-{}",
@@ -99,23 +108,52 @@ impl Server {
             .local_addr()
             .unwrap()
             .port();
+        if let Some((cert, key)) = tls {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::write(dir.join("server.crt"), cert).unwrap();
+            std::fs::write(dir.join("server.key"), key).unwrap();
+            std::fs::set_permissions(
+                dir.join("server.key"),
+                std::fs::Permissions::from_mode(0o600),
+            )
+            .unwrap();
+            // TLS or nothing, from the loopback only.
+            std::fs::write(
+                dir.join("pg_hba.conf"),
+                "local all all trust\nhostssl all all 127.0.0.1/32 trust\n\
+                 hostnossl all all 127.0.0.1/32 reject\n",
+            )
+            .unwrap();
+            let _ = Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(&dir)
+                .output();
+        }
         let server = Server {
             dir,
             bin,
             port,
             durable,
+            tls: tls.is_some(),
         };
         server.up();
         server
     }
 
     pub fn up(&self) {
-        let opts = format!(
+        let mut opts = format!(
             "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={}",
             self.port,
             self.dir.display(),
             if self.durable { "on" } else { "off" }
         );
+        if self.tls {
+            let d = self.dir.display();
+            opts += &format!(
+                " -c ssl=on -c ssl_cert_file={d}/server.crt -c ssl_key_file={d}/server.key \
+                 -c hba_file={d}/pg_hba.conf"
+            );
+        }
         let data = self.dir.join("data");
         let log = self.dir.join("log");
         let out = pg(
