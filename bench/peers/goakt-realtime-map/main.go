@@ -890,6 +890,19 @@ func (f *clusterFleet) identity(ctx context.Context, name string, fresh bool) (*
 	return id, nil
 }
 
+// grainsTimeout is far longer than any scan of the cluster registry takes.
+// In GoAkt v4.2.1 a scan whose context expires crashes the process: olric's
+// EmbeddedIterator.Close panics with the context's error and then unlocks
+// an unlocked mutex, a fatal error no recover catches (the three-node runs
+// of 2026-11-26 and 2026-11-27 died of it under load). So the peer never
+// lets one expire; a slow scan makes the requests waiting for it slow.
+const grainsTimeout = 5 * time.Minute
+
+// allGrains lists the cluster registry's grains (see grainsTimeout).
+func allGrains(system actor.ActorSystem) []*actor.GrainIdentity {
+	return system.Grains(context.Background(), grainsTimeout)
+}
+
 // scanRegistry returns once a scan of the cluster registry that started
 // after the call has stored the identities of the cluster's vehicle grains.
 // One scan runs at a time; callers that arrive during a scan share the next.
@@ -906,13 +919,11 @@ func (f *clusterFleet) scanRegistry() {
 		f.scansStarted++
 		this := f.scansStarted
 		f.scanMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 2*askTimeout)
-		for _, id := range f.system.Grains(ctx, 2*askTimeout) {
+		for _, id := range allGrains(f.system) {
 			if strings.HasPrefix(id.Name(), actorPrefix) {
 				f.ids.LoadOrStore(id.Name(), id)
 			}
 		}
-		cancel()
 		f.scanMu.Lock()
 		f.scanning = false
 		f.scansDone = this
@@ -1040,7 +1051,7 @@ func (a *clusterAPI) vehicles(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	system := a.fleet.system
 	var live []*actor.GrainIdentity
-	for _, id := range system.Grains(ctx, askTimeout) {
+	for _, id := range allGrains(system) {
 		if strings.HasPrefix(id.Name(), actorPrefix) {
 			live = append(live, id)
 		}
