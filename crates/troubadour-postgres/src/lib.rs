@@ -84,12 +84,12 @@ fn read_url(url: &str) -> Result<Tls, SettingsError> {
             mode.unwrap_or_default()
         )));
     }
-    let tokio_mode = match (mode.as_deref(), &root_cert) {
+    let tokio_mode = match (mode.as_deref(), root_cert.is_some()) {
         (Some("disable"), _) => Some("disable"),
-        (_, Some(_)) if required => Some("require"),
-        (_, Some(_)) => Some("prefer"),
-        (Some(m), None) => Some(if m == "prefer" { "prefer" } else { "disable" }),
-        (None, None) => None,
+        (_, true) => Some(if required { "require" } else { "prefer" }),
+        // No CA: no mode, or `prefer` (a required mode without one was
+        // refused above).
+        (m, false) => m,
     };
     if let Some(m) = tokio_mode {
         kept.push(format!("sslmode={m}"));
