@@ -3,7 +3,7 @@
 
 use crate::error::JournalError;
 use crate::store::Fenced;
-use crate::write_behind::Superseded;
+use crate::write_behind::{ClaimedState, Superseded};
 use tokio::sync::oneshot;
 
 /// Where a write's answer goes.
@@ -46,6 +46,7 @@ pub(crate) enum Pending {
         Reply<Vec<Superseded>>,
         Result<Vec<Superseded>, JournalError>,
     ),
+    Claim(Reply<ClaimedState>, Result<ClaimedState, JournalError>),
 }
 
 impl Pending {
@@ -55,6 +56,7 @@ impl Pending {
             Pending::Unit(_, r) => r.as_ref().err(),
             Pending::Count(_, r) => r.as_ref().err(),
             Pending::States(_, r) => r.as_ref().err(),
+            Pending::Claim(_, r) => r.as_ref().err(),
         }
     }
 
@@ -72,6 +74,9 @@ impl Pending {
                 let _ = tx.send(decided(r, failed));
             }
             Pending::States(tx, r) => {
+                let _ = tx.send(decided(r, failed));
+            }
+            Pending::Claim(tx, r) => {
                 let _ = tx.send(decided(r, failed));
             }
         }

@@ -50,4 +50,4 @@ pub use reminders::{ActorReminders, Reminder, ReminderRecord, ReminderStore, Rem
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use stats::StoreStats;
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};
-pub use write_behind::{Durable, StateStore, StateWrite, Superseded, WriteBehind};
+pub use write_behind::{ClaimedState, Durable, StateStore, StateWrite, Superseded, WriteBehind};

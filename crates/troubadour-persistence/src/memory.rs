@@ -9,7 +9,7 @@ use crate::reminders::{ReminderRecord, ReminderStore};
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
-use crate::write_behind::{StateStore, StateWrite, Superseded};
+use crate::write_behind::{ClaimedState, StateStore, StateWrite, Superseded};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,8 +30,9 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     ids: Mutex<HashMap<String, History>>,
-    /// Each key's state and the epoch it was written at.
-    states: Mutex<HashMap<String, (u64, StoredEvent)>>,
+    /// Each key's epoch (of its last writer or claimant) and its state
+    /// (`None` while only claimed).
+    states: Mutex<HashMap<String, (u64, Option<StoredEvent>)>>,
     reminders: Mutex<BTreeMap<(String, String, String), ReminderRecord>>,
     unavailable: AtomicBool,
 }
@@ -207,7 +208,7 @@ impl StateStore for MemoryStore {
                         current,
                     }),
                     _ => {
-                        stored.insert(w.key, (w.epoch, w.state));
+                        stored.insert(w.key, (w.epoch, Some(w.state)));
                     }
                 }
             }
@@ -224,7 +225,29 @@ impl StateStore for MemoryStore {
                 .lock()
                 .unwrap()
                 .get(&key)
-                .map(|(_, s)| s.clone()))
+                .and_then(|(_, s)| s.clone()))
+        })
+    }
+
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState> {
+        let inner = self.inner.clone();
+        let key = key.to_string();
+        self.with(move |_| {
+            let mut stored = inner.states.lock().unwrap();
+            let (held, state) = stored.entry(key.clone()).or_insert((0, None));
+            if *held > epoch {
+                return Err(JournalError::Fenced {
+                    persistence_id: key,
+                    epoch,
+                    current: *held,
+                });
+            }
+            let claimed = ClaimedState {
+                epoch: *held,
+                state: state.clone(),
+            };
+            *held = epoch;
+            Ok(claimed)
         })
     }
 }

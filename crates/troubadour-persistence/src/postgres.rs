@@ -27,7 +27,7 @@ use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
-use crate::write_behind::{StateWrite, Superseded};
+use crate::write_behind::{ClaimedState, StateWrite, Superseded};
 use deadpool_postgres::Pool;
 use std::collections::HashMap;
 use std::future::Future;
@@ -778,12 +778,69 @@ impl crate::write_behind::StateStore for PostgresStore {
         self.read(move |client| async move {
             let row = client
                 .query_opt(
-                    "SELECT type_name, version, codec, payload FROM troubadour_states WHERE key = $1",
+                    "SELECT type_name, version, codec, payload FROM troubadour_states
+                     WHERE key = $1 AND type_name <> ''",
                     &[&key],
                 )
                 .await
                 .map_err(pg_error)?;
             Ok(row.map(|row| stored_event(&row, 0)))
+        })
+    }
+
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState> {
+        // A key with no state yet is kept as a row with an empty type
+        // name (it reads as no state). The insert makes sure a row exists
+        // (waiting for a concurrent claimant's insert to commit), so the
+        // row lock that follows orders every claim and write of the key.
+        let key = key.to_string();
+        self.read(move |mut client| async move {
+            let tx = client.transaction().await.map_err(pg_error)?;
+            let created = tx
+                .execute(
+                    "INSERT INTO troubadour_states (key, epoch, type_name, version, codec, payload)
+                     VALUES ($1, $2, '', 0, '', '') ON CONFLICT (key) DO NOTHING",
+                    &[&key, &(epoch as i64)],
+                )
+                .await
+                .map_err(pg_error)?;
+            if created == 1 {
+                tx.commit().await.map_err(pg_error)?;
+                return Ok(ClaimedState {
+                    epoch: 0,
+                    state: None,
+                });
+            }
+            let row = tx
+                .query_one(
+                    "SELECT epoch, type_name, version, codec, payload FROM troubadour_states
+                     WHERE key = $1 FOR UPDATE",
+                    &[&key],
+                )
+                .await
+                .map_err(pg_error)?;
+            let held = row.get::<_, i64>(0) as u64;
+            if held > epoch {
+                return Err(JournalError::Fenced {
+                    persistence_id: key,
+                    epoch,
+                    current: held,
+                });
+            }
+            if held < epoch {
+                tx.execute(
+                    "UPDATE troubadour_states SET epoch = $2 WHERE key = $1",
+                    &[&key, &(epoch as i64)],
+                )
+                .await
+                .map_err(pg_error)?;
+            }
+            tx.commit().await.map_err(pg_error)?;
+            let stored = stored_event(&row, 1);
+            Ok(ClaimedState {
+                epoch: held,
+                state: (!stored.type_name.is_empty()).then_some(stored),
+            })
         })
     }
 }

@@ -26,7 +26,7 @@ use crate::stats::StoreStats;
 use crate::store::{
     Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore, StoreFuture,
 };
-use crate::write_behind::{StateWrite, Superseded};
+use crate::write_behind::{ClaimedState, StateWrite, Superseded};
 use crossbeam_channel::{Receiver, Sender};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
 use std::collections::HashMap;
@@ -155,6 +155,7 @@ enum Write {
     SaveSnapshot(String, SnapshotRecord, Reply<()>),
     DeleteSnapshots(String, u64, Reply<()>),
     States(Vec<StateWrite>, Reply<Vec<Superseded>>),
+    Claim(String, u64, Reply<ClaimedState>),
     /// Other crate modules' writes (reminders), in the same batches.
     Exec(WriteWork, Reply<i64>),
 }
@@ -526,6 +527,9 @@ fn refuse(write: Write, e: JournalError) {
         Write::States(_, tx) => {
             let _ = tx.send(Err(e));
         }
+        Write::Claim(_, _, tx) => {
+            let _ = tx.send(Err(e));
+        }
         Write::Exec(_, tx) => {
             let _ = tx.send(Err(e));
         }
@@ -558,6 +562,7 @@ fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
             .map_err(store_error),
         ),
         Write::States(states, tx) => Pending::States(tx, write_states(conn, &states)),
+        Write::Claim(key, epoch, tx) => Pending::Claim(tx, claim_state(conn, &key, epoch)),
         Write::Exec(work, tx) => Pending::Count(tx, work(conn)),
         Write::DeleteSnapshots(id, below, tx) => Pending::Unit(
             tx,
@@ -809,9 +814,61 @@ fn write_states(conn: &Connection, states: &[StateWrite]) -> Result<Vec<Supersed
     Ok(superseded)
 }
 
+/// Takes `key` for `epoch` (see [`StateStore::claim_state`]); a key with
+/// no state yet is kept as a row with an empty type name, which reads as
+/// no state.
+fn claim_state(conn: &Connection, key: &str, epoch: u64) -> Result<ClaimedState, JournalError> {
+    let held = conn
+        .prepare_cached(
+            "SELECT epoch, type_name, version, codec, payload FROM troubadour_states
+             WHERE key = ?1",
+        )
+        .map_err(store_error)?
+        .query_row(params![key], |row| {
+            let epoch = row.get::<_, i64>(0)? as u64;
+            let type_name: String = row.get(1)?;
+            let state = if type_name.is_empty() {
+                None
+            } else {
+                Some(stored_event(row, 1)?)
+            };
+            Ok(ClaimedState { epoch, state })
+        })
+        .optional()
+        .map_err(|e| corrupt_row(key, e))?;
+    match held {
+        Some(held) if held.epoch > epoch => Err(JournalError::Fenced {
+            persistence_id: key.to_string(),
+            epoch,
+            current: held.epoch,
+        }),
+        Some(held) => {
+            if held.epoch < epoch {
+                conn.prepare_cached("UPDATE troubadour_states SET epoch = ?2 WHERE key = ?1")
+                    .and_then(|mut st| st.execute(params![key, epoch as i64]))
+                    .map_err(store_error)?;
+            }
+            Ok(held)
+        }
+        None => {
+            conn.prepare_cached(
+                "INSERT INTO troubadour_states (key, epoch, type_name, version, codec, payload)
+                 VALUES (?1, ?2, '', 0, '', x'')",
+            )
+            .and_then(|mut st| st.execute(params![key, epoch as i64]))
+            .map_err(store_error)?;
+            Ok(ClaimedState {
+                epoch: 0,
+                state: None,
+            })
+        }
+    }
+}
+
 fn read_state(conn: &Connection, key: &str) -> Result<Option<StoredEvent>, JournalError> {
     conn.prepare_cached(
-        "SELECT type_name, version, codec, payload FROM troubadour_states WHERE key = ?1",
+        "SELECT type_name, version, codec, payload FROM troubadour_states
+         WHERE key = ?1 AND type_name <> ''",
     )
     .map_err(store_error)?
     .query_row(params![key], |row| stored_event(row, 0))
@@ -862,6 +919,11 @@ impl crate::write_behind::StateStore for SqliteStore {
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
         let key = key.to_string();
         self.read(move |r| Read::State(key, r))
+    }
+
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState> {
+        let key = key.to_string();
+        self.write(move |r| Write::Claim(key, epoch, r))
     }
 }
 

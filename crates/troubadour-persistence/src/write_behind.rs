@@ -32,6 +32,15 @@
 //! [`Durable`] learns so ([`Durable::superseded_by`], and
 //! [`Durable::flushed`] fails with [`JournalError::Fenced`]), and its
 //! later changes are no longer queued.
+//!
+//! The new owner takes the key as it loads ([`StateStore::claim_state`]:
+//! the read and the raise of the key's epoch are one step), so the old
+//! owner is refused from that moment, not only once the new owner has
+//! written. A flush the old owner reports as durable is therefore never
+//! overwritten by a state that did not start from it: either it landed
+//! before the claim, and the new owner loads it, or it is refused and the
+//! old owner is told. A state of epoch 0 (outside a cluster) loads with a
+//! plain read.
 
 use crate::error::{JournalError, RecoveryError};
 use crate::event::StoredEvent;
@@ -53,6 +62,23 @@ pub trait StateStore: Send + Sync + 'static {
 
     /// The state stored under `key`.
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>>;
+
+    /// Takes `key` for a writer of `epoch` and reads its state, as one
+    /// atomic step: from then on the store refuses writes of older epochs
+    /// to the key, even where none has written it yet (the key is kept
+    /// with no state). Fails with [`JournalError::Fenced`] if the key is
+    /// already held at a newer epoch; a claim never lowers a key's epoch.
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState>;
+}
+
+/// What [`StateStore::claim_state`] found under a key before the claim.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimedState {
+    /// The key's epoch before the claim: of its last writer or claimant
+    /// (0 for a key never written or claimed).
+    pub epoch: u64,
+    /// The stored state, if one was ever written.
+    pub state: Option<StoredEvent>,
 }
 
 /// The type name states are stored under.
@@ -179,9 +205,17 @@ impl WriteBehind {
         Ok(pending.started + 1)
     }
 
-    fn pending_state(&self, key: &str) -> Option<StoredEvent> {
+    /// The state queued for `key` on this node, with its epoch.
+    fn pending_state(&self, key: &str) -> Option<(u64, StoredEvent)> {
         let pending = self.shared.pending.lock().unwrap();
-        pending.states.get(key).map(|(_, state)| state.clone())
+        pending.states.get(key).cloned()
+    }
+
+    /// Remembers that a store holds `key` at `current`.
+    fn note_superseded(&self, key: &str, current: u64) {
+        let mut pending = self.shared.pending.lock().unwrap();
+        let held = pending.superseded.entry(key.to_string()).or_insert(current);
+        *held = (*held).max(current);
     }
 
     /// The newer epoch a store holds for `key`, if it refused a write of
@@ -354,14 +388,34 @@ impl<S: Serialize + DeserializeOwned + Send + 'static> Durable<S> {
     }
 
     /// Loads the latest state: one still waiting to be flushed on this
-    /// node, else the stored one, else keeps the initial state.
+    /// node, else the stored one, else keeps the initial state. At an
+    /// epoch above 0 it claims the key first ([`StateStore::claim_state`]),
+    /// so older epochs can no longer write it, and fails with
+    /// [`JournalError::Fenced`] if a newer epoch holds it; a state queued
+    /// here is used only if no other writer's epoch has held the key since.
     pub async fn load(&mut self) -> Result<(), RecoveryError> {
         if let Some(current) = self.superseded_by() {
             return Err(self.fenced(current).into());
         }
-        let stored = match self.behind.pending_state(&self.key) {
-            Some(s) => Some(s),
-            None => self.behind.shared.store.read_state(&self.key).await?,
+        let pending = self.behind.pending_state(&self.key);
+        let store = &self.behind.shared.store;
+        let stored = if self.epoch == 0 {
+            match pending {
+                Some((_, state)) => Some(state),
+                None => store.read_state(&self.key).await?,
+            }
+        } else {
+            match store.claim_state(&self.key, self.epoch).await {
+                Ok(claimed) => match pending {
+                    Some((queued_at, state)) if queued_at >= claimed.epoch => Some(state),
+                    _ => claimed.state,
+                },
+                Err(JournalError::Fenced { current, .. }) => {
+                    self.behind.note_superseded(&self.key, current);
+                    return Err(self.fenced(current).into());
+                }
+                Err(e) => return Err(e.into()),
+            }
         };
         if let Some(stored) = stored {
             self.state = stored.decode_as().map_err(|error| RecoveryError::Decode {

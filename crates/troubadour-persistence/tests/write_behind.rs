@@ -114,6 +114,9 @@ impl StateStore for Counted {
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
         self.inner.read_state(key)
     }
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState> {
+        self.inner.claim_state(key, epoch)
+    }
 }
 
 /// Runs `test` with a state store of each kind; `reopen` gives a store over
@@ -251,6 +254,109 @@ fn a_stale_owner_cannot_overwrite_the_state_of_a_newer_epoch() {
     });
 }
 
+/// The new owner fences the old one when it loads, not only once it has
+/// written: a flush the old owner makes after that is refused and it is
+/// told, so it never believes durable a state the new owner will
+/// overwrite without having seen it. Also for a key nobody wrote yet.
+#[test]
+fn a_new_owner_fences_the_old_one_as_it_loads() {
+    each_store(|reopen| {
+        let system = ActorSystem::new();
+        let node_a = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let node_b = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let stored = |key: &str| -> Option<u64> {
+            let store = reopen();
+            let state = system.block_on(store.read_state(key)).unwrap()?;
+            Some(state.decode_as::<Reading>().unwrap().value)
+        };
+
+        // A owns the shard at epoch 1, writes 1, then changes it to 5
+        // without flushing yet; it also starts a sensor never written.
+        let on_a = sensor_at(&system, &node_a, "bus", 1);
+        on_a.ask(Set(1)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_a.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        on_a.ask(Set(5)).timeout(LIVENESS).wait().unwrap();
+        let fresh_on_a = sensor_at(&system, &node_a, "fresh", 1);
+        fresh_on_a.ask(Set(7)).timeout(LIVENESS).wait().unwrap();
+
+        // The shard moves to B at epoch 2; B's activations load (1, and
+        // nothing) but write nothing yet.
+        let on_b = sensor_at(&system, &node_b, "bus", 2);
+        assert_eq!(on_b.ask(Read).timeout(LIVENESS).wait().unwrap().value, 1);
+        let fresh_on_b = sensor_at(&system, &node_b, "fresh", 2);
+        assert_eq!(
+            fresh_on_b.ask(Read).timeout(LIVENESS).wait().unwrap(),
+            Reading::default()
+        );
+
+        // A's late flush is refused for both keys, and A is told.
+        for (sensor, key) in [(&on_a, "bus"), (&fresh_on_a, "fresh")] {
+            match sensor.ask(Flushed).timeout(LIVENESS).wait().unwrap() {
+                Err(JournalError::Fenced {
+                    persistence_id,
+                    epoch: 1,
+                    current: 2,
+                }) => assert_eq!(persistence_id, key),
+                other => {
+                    panic!("A's flush of {key} after B loaded it should be fenced, got {other:?}")
+                }
+            }
+        }
+        assert_eq!(stored("bus"), Some(1));
+        assert_eq!(stored("fresh"), None, "a claim alone stores no state");
+
+        // A node that never heard of B (a fresh write-behind) cannot start
+        // an activation at the old epoch either: the store refuses it.
+        let node_c = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let late = sensor_at(&system, &node_c, "bus", 1);
+        system.block_on(late.wait_stopped());
+
+        // B's writes go on; a claim never lowers a key's epoch, so B's
+        // re-activation at epoch 2 after C's refused one still writes.
+        on_b.ask(Set(2)).timeout(LIVENESS).wait().unwrap();
+        fresh_on_b.ask(Set(3)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_b.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        assert_eq!(fresh_on_b.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        assert_eq!(stored("bus"), Some(2));
+        assert_eq!(stored("fresh"), Some(3));
+    });
+}
+
+/// A state queued on a node is loaded by the node's next activation only
+/// if no other epoch held the key since: when the shard went away and came
+/// back, the other owner's state wins over what this node never flushed.
+#[test]
+fn a_returning_owner_loads_the_other_owners_state_not_its_own_unflushed_one() {
+    each_store(|reopen| {
+        let system = ActorSystem::new();
+        let node_a = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+        let node_b = WriteBehind::start(SharedStore(reopen()), NEVER, system.tokio_handle());
+
+        let on_a = sensor_at(&system, &node_a, "bus", 1);
+        on_a.ask(Set(1)).timeout(LIVENESS).wait().unwrap();
+        on_a.stop();
+        system.block_on(on_a.wait_stopped());
+        // Same node, same epoch: the queued state is the newest.
+        let again = sensor_at(&system, &node_a, "bus", 1);
+        assert_eq!(again.ask(Read).timeout(LIVENESS).wait().unwrap().value, 1);
+        again.stop();
+        system.block_on(again.wait_stopped());
+
+        // B takes the shard (epoch 2) before A flushed, writes 2.
+        let on_b = sensor_at(&system, &node_b, "bus", 2);
+        assert_eq!(on_b.ask(Read).timeout(LIVENESS).wait().unwrap().value, 0);
+        on_b.ask(Set(2)).timeout(LIVENESS).wait().unwrap();
+        assert_eq!(on_b.ask(Flushed).timeout(LIVENESS).wait(), Ok(Ok(())));
+        on_b.stop();
+        system.block_on(on_b.wait_stopped());
+
+        // Back on A at epoch 3: B's state, not A's unflushed 1.
+        let back = sensor_at(&system, &node_a, "bus", 3);
+        let read = back.ask(Read).timeout(LIVENESS).wait().unwrap();
+        assert_eq!((read.value, read.changes), (2, 1));
+    });
+}
+
 /// One store shared by two write-behinds (two nodes' connections).
 struct SharedStore(Arc<dyn StateStore>);
 impl StateStore for SharedStore {
@@ -259,6 +365,9 @@ impl StateStore for SharedStore {
     }
     fn read_state(&self, key: &str) -> StoreFuture<'_, Option<StoredEvent>> {
         self.0.read_state(key)
+    }
+    fn claim_state(&self, key: &str, epoch: u64) -> StoreFuture<'_, ClaimedState> {
+        self.0.claim_state(key, epoch)
     }
 }
 
