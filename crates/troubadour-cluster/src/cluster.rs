@@ -15,6 +15,7 @@ use troubadour::prelude::*;
 use troubadour::{Ask, AskError, Handles, SystemHandle};
 use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
 
+use crate::best_effort::BestEffortPlacement;
 use crate::discovery::{Discoverer, Discovery};
 use crate::entity::{codec_of, Answer, AnyEntity, Entity, EntityMessages, Routed};
 use crate::groups::{register_group_message, Group, GroupUpdate, Groups, GROUPS};
@@ -69,6 +70,7 @@ pub struct ClusterBuilder {
     discovery: Option<(Arc<dyn Discovery>, Duration)>,
     kinds: HashMap<&'static str, Kind>,
     before_handoff: Option<BeforeHandoff>,
+    best_effort: Option<Arc<BestEffortPlacement>>,
     errors: Vec<String>,
 }
 
@@ -335,6 +337,7 @@ impl ClusterBuilder {
                 lookup: remote.node_lookup(),
                 hosting: hosting.clone(),
                 before_handoff: self.before_handoff,
+                best_effort: self.best_effort,
             }))
             .map_err(|e| ClusterError::Spawn(e.to_string()))?;
         remote
@@ -441,8 +444,29 @@ impl Cluster {
             discovery: None,
             kinds: HashMap::new(),
             before_handoff: None,
+            best_effort: None,
             errors: Vec::new(),
         }
+    }
+
+    /// Starts building a node's part of a cluster in **best-effort mode**:
+    /// no lease store; each node places shards by rendezvous hashing over
+    /// the members it sees up, and hosts what it places on itself.
+    ///
+    /// A failover takes as long as membership takes to declare a node down
+    /// (no lease to wait out), and there is nothing to run beside the
+    /// nodes. The price: while nodes see different members (a join or a
+    /// loss not yet known everywhere, a partition), an entity can be
+    /// active on two nodes at once, and epochs are always 0, so
+    /// persistence does not fence one activation against the other. For
+    /// stateless kinds; anything whose activations must never overlap
+    /// needs [`Cluster::builder`] with a lease store. Every node must be
+    /// configured with the same shard count (no store checks it here).
+    pub fn best_effort() -> ClusterBuilder {
+        let placement = Arc::new(BestEffortPlacement::new());
+        let mut builder = Cluster::builder(placement.clone());
+        builder.best_effort = Some(placement);
+        builder
     }
 
     /// The entity of kind `A` named `id`, wherever in the cluster it lives

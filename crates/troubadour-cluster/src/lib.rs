@@ -22,10 +22,14 @@
 //! PostgreSQL store (feature `postgres`, for clusters across machines) and
 //! the SQLite store (feature `sqlite`, for node processes on one machine)
 //! build on these; cluster-wide groups ([`Group`], like
-//! Erlang's `pg`) use membership alone.
+//! Erlang's `pg`) use membership alone. For stateless kinds,
+//! [`Cluster::best_effort`] runs without a lease store: shards are placed
+//! by each node's own view of the members, so a failover is as quick as
+//! membership, and an entity can be active twice while views differ.
 
 #![warn(missing_docs)]
 
+mod best_effort;
 mod cluster;
 pub mod discovery;
 mod entity;

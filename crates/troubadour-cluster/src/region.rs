@@ -28,6 +28,7 @@ use troubadour::prelude::*;
 use troubadour::{DeferredReply, NodeId};
 use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
 
+use crate::best_effort::BestEffortPlacement;
 use crate::entity::{
     departure_codecs, flush_codec, Answer, AnyEntity, Deliverers, Departed, Departing, Flush,
     MessageCodec, Reply, Routed, Undelivered, WireAskError, ENTITY_ASK_LIMIT,
@@ -79,6 +80,9 @@ pub(crate) struct RegionSetup {
     /// Run after a handoff's entities stopped and before the shards are
     /// released (`ClusterBuilder::before_handoff`).
     pub before_handoff: Option<BeforeHandoff>,
+    /// Best-effort mode: `store` is this placement, told every change of
+    /// members (see [`best_effort`](crate::best_effort)).
+    pub best_effort: Option<Arc<BestEffortPlacement>>,
 }
 
 /// Work to finish before shards go to another node (a write-behind flush).
@@ -589,8 +593,16 @@ impl Region {
             .map(|(s, _)| *s)
             .collect();
         for shard in lost {
-            tracing::warn!(target: "troubadour::cluster", shard = shard.get(), "shard lost: the store gives it to another node or epoch");
-            self.stop_shard(shard);
+            if self.setup.best_effort.is_some() {
+                // Placed elsewhere by a change of members: its entities
+                // finish what they were sent (the next owner may already
+                // run beside them: this mode's documented duplicates).
+                tracing::info!(target: "troubadour::cluster", shard = shard.get(), "shard placed on another member: handed over");
+                drop(self.hand_over(shard));
+            } else {
+                tracing::warn!(target: "troubadour::cluster", shard = shard.get(), "shard lost: the store gives it to another node or epoch");
+                self.stop_shard(shard);
+            }
         }
         if !self.lease_valid(ctx) {
             self.schedule_next(&view, ctx);
@@ -864,6 +876,18 @@ impl Region {
             (Target::Here, None)
         } else {
             match self.owner_elsewhere(shard) {
+                Some(_) if self.setup.best_effort.is_some() && !p.local => {
+                    // Best-effort mode: the sender's view put the shard
+                    // here, this node's puts it on another (a change of
+                    // members not known everywhere yet). Sent on at once,
+                    // it could bounce between two nodes as fast as the
+                    // network goes until they agree; it waits for this
+                    // node's next read instead, and goes on from here then,
+                    // in this node's order.
+                    let mut p = p;
+                    p.local = true;
+                    return self.wait(shard, p, ctx);
+                }
                 Some((key, node)) => (Target::Node(key.clone()), Some((key, node))),
                 None => return self.wait(shard, p, ctx),
             }
@@ -1701,6 +1725,9 @@ impl Handler<MemberEvent> for Region {
                     _ => {}
                 }
             }
+        }
+        if let Some(placement) = &self.setup.best_effort {
+            placement.set_members(self.members.keys());
         }
         // A change of members changes placement: read the store now.
         self.renew(ctx);
