@@ -44,7 +44,8 @@ pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresStore;
 pub use reliable::{
-    Ack, Deduplicated, Delivered, Delivery, Produce, ReliableProducer, Unconfirmed,
+    Ack, Deduplicated, Delivered, Delivery, DurableProducer, Outbox, OutboxEvent, Produce,
+    ProduceDurably, ReliableProducer, Unconfirmed,
 };
 pub use reminders::{ActorReminders, Reminder, ReminderRecord, ReminderStore, Reminders};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};

@@ -17,17 +17,22 @@
 //!
 //! So a message lost, duplicated or reordered on the way, an ack lost, a
 //! consumer crash before or after its write: each ends with every message
-//! handled once, in the producer's order. Messages sit in the producer's
-//! memory until acknowledged: a producer that must survive its own crash
-//! keeps them in a journal of its own.
+//! handled once, in the producer's order. A [`ReliableProducer`] keeps
+//! its messages in memory until acknowledged: a crash of the producer
+//! loses those. A [`DurableProducer`] keeps them in a journal (an outbox):
+//! [`ProduceDurably`] answers once the message is stored, a restarted
+//! producer recovers what is unacknowledged and its numbering and sends
+//! it again, so the producer's crash loses nothing either.
 
 use crate::error::PersistError;
 use crate::event::Event;
-use crate::persistent::{EventSourced, Persistent};
+use crate::persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::time::Duration;
-use troubadour::{Actor, Context, Handler, Message, Recipient};
+use troubadour::{Actor, AsyncHandler, Context, ExitReason, Handler, Message, Recipient};
 
 /// A message from a [`ReliableProducer`], numbered.
 pub struct Delivery<M> {
@@ -257,5 +262,229 @@ impl<M: Clone + Send + 'static> Handler<Resend> for ReliableProducer<M> {
 impl<M: Clone + Send + 'static> Handler<Unconfirmed> for ReliableProducer<M> {
     fn handle(&mut self, _: Unconfirmed, _: &mut Context<Self>) -> usize {
         self.unconfirmed.len()
+    }
+}
+
+/// A [`ReliableProducer`] whose unacknowledged messages outlive it (an
+/// outbox, Akka's durable producer queue): each message is stored in the
+/// producer's journal before [`ProduceDurably`] answers with its number,
+/// each acknowledgement is stored too, and a producer restarted (by its
+/// supervisor, or in a new process with the same id and store) recovers
+/// its numbering and what is unacknowledged, and sends that again at once.
+/// With a consumer on [`Persistent::receive`], a message the producer
+/// accepted is handled once, whoever crashes.
+///
+/// Its journal's persistence id is `troubadour.producer.<id>`; a snapshot
+/// every 1,000 events deletes the events before it, so the journal holds
+/// about what is unacknowledged.
+///
+/// ```
+/// use std::time::Duration;
+/// use troubadour::prelude::*;
+/// use troubadour_persistence::{Delivery, DurableProducer, Persistence, ProduceDurably};
+///
+/// struct Printer;
+/// impl Actor for Printer {}
+/// impl Handler<Delivery<String>> for Printer {
+///     fn handle(&mut self, d: Delivery<String>, _: &mut Context<Self>) {
+///         println!("{}: {}", d.seq, d.msg);
+///     }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let persistence = Persistence::in_memory();
+/// let printer = system.spawn(Printer).unwrap();
+/// let outbox = system
+///     .spawn(DurableProducer::new(&persistence, "orders", printer.recipient(), Duration::from_secs(1)))
+///     .unwrap();
+/// // Answered once the message is in the journal.
+/// assert_eq!(system.block_on(outbox.ask(ProduceDurably("first".to_string()))).unwrap(), Ok(1));
+/// # system.shutdown(Duration::from_secs(5)).unwrap();
+/// ```
+pub struct DurableProducer<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> {
+    id: String,
+    to: Recipient<Delivery<M>>,
+    outbox: Persistent<Outbox<M>>,
+    resend_every: Duration,
+    myself: Option<Recipient<Ack>>,
+}
+
+/// A [`DurableProducer`]'s journal: its next number and what waits for an
+/// acknowledgement.
+#[derive(Serialize, Deserialize)]
+pub struct Outbox<M> {
+    next: u64,
+    unconfirmed: BTreeMap<u64, M>,
+}
+
+/// What a [`DurableProducer`]'s journal records.
+#[derive(Serialize, Deserialize)]
+pub enum OutboxEvent<M> {
+    /// The next message, numbered in order.
+    Queued(M),
+    /// The consumer has every message below this number.
+    Confirmed(u64),
+}
+
+impl<M: Serialize + DeserializeOwned + Send + Sync + 'static> Event for OutboxEvent<M> {
+    const TYPE: &'static str = "troubadour.OutboxEvent";
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> EventSourced for Outbox<M> {
+    type Event = OutboxEvent<M>;
+    fn apply(&mut self, event: &OutboxEvent<M>) {
+        match event {
+            OutboxEvent::Queued(msg) => {
+                self.unconfirmed.insert(self.next, msg.clone());
+                self.next += 1;
+            }
+            OutboxEvent::Confirmed(below) => {
+                self.unconfirmed = self.unconfirmed.split_off(below);
+            }
+        }
+    }
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> DurableProducer<M> {
+    /// A producer with the stable id `id`, its outbox in `persistence`,
+    /// sending to `to`, resending what is unacknowledged every
+    /// `resend_every`.
+    pub fn new(
+        persistence: &Persistence,
+        id: impl Into<String>,
+        to: Recipient<Delivery<M>>,
+        resend_every: Duration,
+    ) -> Self {
+        let id = id.into();
+        let outbox = Persistent::new(
+            persistence,
+            format!("troubadour.producer.{id}"),
+            Outbox {
+                next: 1,
+                unconfirmed: BTreeMap::new(),
+            },
+        )
+        .snapshots(SnapshotPolicy::every(1_000).keep(1).delete_events(true));
+        DurableProducer {
+            id,
+            to,
+            outbox,
+            resend_every,
+            myself: None,
+        }
+    }
+
+    fn send(&self, seq: u64, msg: M) {
+        let Some(ack_to) = self.myself.clone() else {
+            return;
+        };
+        // A refused send is like a lost one: sent again later.
+        let _ = self.to.tell(Delivery {
+            producer: self.id.clone(),
+            seq,
+            msg,
+            ack_to,
+        });
+    }
+
+    fn resend_from(&self, from: u64) {
+        for (seq, msg) in self.outbox.unconfirmed.range(from..) {
+            self.send(*seq, msg.clone());
+        }
+    }
+}
+
+/// Sends `M` through a [`DurableProducer`]; replies with its number once
+/// it is stored (an error: it is not, and the producer fails and
+/// recovers).
+pub struct ProduceDurably<M>(pub M);
+impl<M: Send + 'static> Message for ProduceDurably<M> {
+    type Reply = Result<u64, PersistError>;
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Actor for DurableProducer<M> {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        self.myself = Some(ctx.myself().recipient());
+        ctx.send_interval(self.resend_every, Resend);
+    }
+
+    fn activate(
+        &mut self,
+        _: &mut Context<Self>,
+    ) -> Option<impl Future<Output = Result<(), ExitReason>> + Send + use<'_, M>> {
+        Some(async move {
+            self.outbox.recovery().await?;
+            // What a previous incarnation sent but saw no ack for goes
+            // again now, not a resend period later.
+            if let Some((&first, _)) = self.outbox.unconfirmed.iter().next() {
+                self.resend_from(first);
+            }
+            Ok(())
+        })
+    }
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static>
+    AsyncHandler<ProduceDurably<M>> for DurableProducer<M>
+{
+    async fn handle(
+        &mut self,
+        ProduceDurably(msg): ProduceDurably<M>,
+        ctx: &mut Context<Self>,
+    ) -> Result<u64, PersistError> {
+        let seq = self.outbox.next;
+        self.outbox
+            .persist(OutboxEvent::Queued(msg.clone()), ctx)
+            .await?;
+        self.send(seq, msg);
+        Ok(seq)
+    }
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> AsyncHandler<Ack>
+    for DurableProducer<M>
+{
+    async fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) {
+        if ack.producer != self.id {
+            return;
+        }
+        let first = self.outbox.unconfirmed.keys().next().copied();
+        match first {
+            // Confirms something new: stored, so a restart does not send it again.
+            Some(first) if ack.next > first => {
+                let below = ack.next.min(self.outbox.next);
+                // An error fails the producer; its restart recovers and
+                // sends again what the journal still holds.
+                let _ = self
+                    .outbox
+                    .persist(OutboxEvent::Confirmed(below), ctx)
+                    .await;
+            }
+            // The consumer expects one it did not take: send it now.
+            Some(_) => {
+                if let Some(msg) = self.outbox.unconfirmed.get(&ack.next).cloned() {
+                    self.send(ack.next, msg);
+                }
+            }
+            None => {}
+        }
+    }
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Handler<Resend>
+    for DurableProducer<M>
+{
+    fn handle(&mut self, _: Resend, _: &mut Context<Self>) {
+        if let Some((&first, _)) = self.outbox.unconfirmed.iter().next() {
+            self.resend_from(first);
+        }
+    }
+}
+
+impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Handler<Unconfirmed>
+    for DurableProducer<M>
+{
+    fn handle(&mut self, _: Unconfirmed, _: &mut Context<Self>) -> usize {
+        self.outbox.unconfirmed.len()
     }
 }

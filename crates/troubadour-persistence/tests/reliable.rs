@@ -2,6 +2,10 @@
 //! (both ways) and a consumer that crashes before and after its write.
 //! Checker: every value is handled exactly once, in order. With the dedup
 //! switched off the same checker sees duplicates (proof that it can).
+//! Then the producer crashes too: a durable producer (its outbox in a
+//! journal) still gets every value handled once, in order; an in-memory
+//! one loses what was unacknowledged when it crashed (the checker sees
+//! it).
 
 mod common;
 
@@ -119,7 +123,14 @@ struct Ledger {
     dedup: bool,
     /// Deliveries taken by every incarnation (crashes are placed by it).
     taken: Arc<AtomicU64>,
+    /// At which deliveries it crashes: before its write (`false`) or
+    /// after it, the ack never sent (`true`).
+    crashes: &'static [(u64, bool)],
 }
+
+/// Three crashes (the guardian's intensity allows three restarts): one
+/// before the write, two after it.
+const CONSUMER_CRASHES: &[(u64, bool)] = &[(40, false), (120, true), (200, true)];
 
 impl Actor for Ledger {
     fn activate(
@@ -135,13 +146,12 @@ impl Actor for Ledger {
 
 impl AsyncHandler<Delivery<u64>> for Ledger {
     async fn handle(&mut self, d: Delivery<u64>, ctx: &mut Context<Self>) {
-        // Three crashes (the guardian's intensity allows three restarts):
-        // one before the write, two after it (the ack never sent).
-        let crash = match self.taken.fetch_add(1, Ordering::SeqCst) + 1 {
-            40 => Some(false),
-            120 | 200 => Some(true),
-            _ => None,
-        };
+        let taken = self.taken.fetch_add(1, Ordering::SeqCst) + 1;
+        let crash = self
+            .crashes
+            .iter()
+            .find(|(at, _)| *at == taken)
+            .map(|(_, after)| *after);
         if crash == Some(false) {
             ctx.fail("crash before the write");
             return;
@@ -193,6 +203,7 @@ fn run(dedup: bool, seed: u64) -> Vec<u64> {
                 plain: Persistent::new(&p, "ledger-plain", Seen::default()),
                 dedup,
                 taken: counted.clone(),
+                crashes: CONSUMER_CRASHES,
             }
         })
         .unwrap();
@@ -256,4 +267,108 @@ fn without_dedup_the_checker_sees_duplicates() {
         handled.len() > distinct.len(),
         "no duplicate was handled: the checker could not tell"
     );
+}
+
+/// Fails the producer it is sent to (its supervisor restarts it).
+struct Crash;
+impl Message for Crash {
+    type Reply = ();
+}
+impl Handler<Crash> for ReliableProducer<u64> {
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
+        ctx.fail("the producer crashes, as the test asks");
+    }
+}
+impl Handler<Crash> for DurableProducer<u64> {
+    fn handle(&mut self, _: Crash, ctx: &mut Context<Self>) {
+        ctx.fail("the producer crashes, as the test asks");
+    }
+}
+
+/// The scenario with the producer crashing twice while it still has
+/// unacknowledged values, and the consumer once; returns what the consumer
+/// handled, in order.
+fn run_with_producer_crashes(durable: bool, seed: u64) -> Vec<u64> {
+    let system = ActorSystem::new();
+    let persistence = Persistence::in_memory();
+    let taken = Arc::new(AtomicU64::new(0));
+    let counted = taken.clone();
+    let p = persistence.clone();
+    let ledger = system
+        .spawn_factory_with_options(SpawnOptions::new().restart(Restart::Permanent), move || {
+            Ledger {
+                seen: Persistent::new(&p, "ledger", Deduplicated::new(Seen::default())),
+                plain: Persistent::new(&p, "ledger-plain", Seen::default()),
+                dedup: true,
+                taken: counted.clone(),
+                crashes: &[(120, true)],
+            }
+        })
+        .unwrap();
+    let link = system
+        .spawn(Link {
+            consumer: ledger.recipient(),
+            producer: None,
+            held: None,
+            held_ack: None,
+            dice: Dice(seed),
+        })
+        .unwrap();
+    let every = Duration::from_millis(20);
+    let permanent = || SpawnOptions::new().restart(Restart::Permanent);
+    let (to, p) = (link.recipient(), persistence.clone());
+    let unconfirmed: Box<dyn Fn() -> usize> = if durable {
+        let producer = system
+            .spawn_factory_with_options(permanent(), move || {
+                DurableProducer::new(&p, "orders", to.clone(), every)
+            })
+            .unwrap();
+        for v in 1..=VALUES {
+            producer.tell(ProduceDurably(v)).unwrap();
+            if v == 100 || v == 200 {
+                producer.tell(Crash).unwrap();
+            }
+        }
+        Box::new(move || producer.ask(Unconfirmed).timeout(LIVENESS).wait().unwrap())
+    } else {
+        let producer = system
+            .spawn_factory_with_options(permanent(), move || {
+                ReliableProducer::new("orders", to.clone(), every)
+            })
+            .unwrap();
+        for v in 1..=VALUES {
+            producer.tell(Produce(v)).unwrap();
+            if v == 100 || v == 200 {
+                producer.tell(Crash).unwrap();
+            }
+        }
+        Box::new(move || producer.ask(Unconfirmed).timeout(LIVENESS).wait().unwrap())
+    };
+    let start = Instant::now();
+    while unconfirmed() > 0 {
+        assert!(start.elapsed() < LIVENESS, "delivery did not finish");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        taken.load(Ordering::SeqCst) >= 120,
+        "the consumer did not reach its crash"
+    );
+    ledger.ask(Values).timeout(LIVENESS).wait().unwrap()
+}
+
+#[test]
+fn with_a_durable_producer_its_crashes_lose_nothing_either() {
+    for seed in [7, 11, 13] {
+        let handled = run_with_producer_crashes(true, seed);
+        let want: Vec<u64> = (1..=VALUES).collect();
+        assert_eq!(handled, want, "seed {seed}: lost, twice or out of order");
+    }
+}
+
+#[test]
+fn an_in_memory_producer_that_crashes_loses_what_was_unacknowledged() {
+    let handled = run_with_producer_crashes(false, 7);
+    let lost = (1..=VALUES).filter(|v| !handled.contains(v)).count();
+    assert!(lost > 0, "nothing was lost: the checker could not tell");
 }
