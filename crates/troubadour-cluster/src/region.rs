@@ -1075,19 +1075,6 @@ impl Region {
         }
     }
 
-    /// What waited for a region that cannot be reached: asks end with the
-    /// reason, tells are lost (at most once), a flush is done.
-    fn unreachable(&mut self, queue: VecDeque<Pending>, why: &str, ctx: &mut Context<Self>) {
-        for p in queue {
-            if self.is_own_flush(&p) {
-                let shard = self.setup.shards.shard_of(&p.routed.id);
-                self.on_flushed(shard, ctx);
-            } else {
-                p.fail(WireAskError::Unreachable(why.to_string()));
-            }
-        }
-    }
-
     fn is_own_flush(&self, p: &Pending) -> bool {
         std::ptr::eq(p.routed.codec, self.flush) && p.reply.is_none()
     }
@@ -1506,7 +1493,23 @@ impl Region {
                     self.send_to(&region, p, ctx);
                 }
             }
-            Err(e) => self.unreachable(queue, &e.to_string(), ctx),
+            // The owner is a member, but this node cannot reach its
+            // region now (a link cut between the two, while both reach
+            // the store). Nothing was sent: the messages wait for their
+            // shards again and go on at the next read or recheck, by then
+            // perhaps to another owner; asks end with their timeouts
+            // meanwhile, and the buffer limit bounds what waits.
+            Err(e) => {
+                tracing::debug!(target: "troubadour::cluster", node = %key, error = %e, "the owner's region was not found; its messages wait");
+                for p in queue {
+                    let shard = self.setup.shards.shard_of(&p.routed.id);
+                    if self.is_own_flush(&p) {
+                        self.on_flushed(shard, ctx);
+                    } else {
+                        self.wait(shard, p, ctx);
+                    }
+                }
+            }
         }
     }
 
@@ -1716,7 +1719,18 @@ impl Handler<MemberEvent> for Region {
                 match self.peers.get(&key) {
                     Some(Peer::Resolving(_)) => {
                         if let Some(Peer::Resolving(queue)) = self.peers.remove(&key) {
-                            self.unreachable(queue, "the node went down", ctx);
+                            // Never sent, so never handled: they wait for
+                            // their shards' next owners (claimed once the
+                            // lost node's lease has run out) rather than
+                            // fail, as what is sent after them does.
+                            for p in queue {
+                                if self.is_own_flush(&p) {
+                                    let shard = self.setup.shards.shard_of(&p.routed.id);
+                                    self.on_flushed(shard, ctx);
+                                } else {
+                                    self.route(p, ctx);
+                                }
+                            }
                         }
                     }
                     Some(_) if !left_gracefully => {
