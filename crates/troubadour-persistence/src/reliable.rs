@@ -155,12 +155,49 @@ impl<S: EventSourced> Persistent<Deduplicated<S>> {
 /// Spawn it, tell it [`Produce`]s; ask [`Unconfirmed`] to know what is
 /// still on its way.
 pub struct ReliableProducer<M: Clone + Send + 'static> {
-    id: String,
-    to: Recipient<Delivery<M>>,
+    consumer: Consumer<M>,
     next: u64,
     unconfirmed: BTreeMap<u64, M>,
     resend_every: Duration,
-    myself: Option<Recipient<Ack>>,
+}
+
+/// The consumer as a producer reaches it: the producer's id, where its
+/// deliveries go, and where the acknowledgements come back (the producer,
+/// once started).
+struct Consumer<M: Send + 'static> {
+    producer: String,
+    to: Recipient<Delivery<M>>,
+    ack_to: Option<Recipient<Ack>>,
+}
+
+impl<M: Clone + Send + 'static> Consumer<M> {
+    fn new(producer: String, to: Recipient<Delivery<M>>) -> Self {
+        Consumer {
+            producer,
+            to,
+            ack_to: None,
+        }
+    }
+
+    fn send(&self, seq: u64, msg: M) {
+        let Some(ack_to) = self.ack_to.clone() else {
+            return;
+        };
+        // A refused send is like a lost one: sent again later.
+        let _ = self.to.tell(Delivery {
+            producer: self.producer.clone(),
+            seq,
+            msg,
+            ack_to,
+        });
+    }
+
+    /// Sends again every message of `unconfirmed` from number `from` on.
+    fn resend_from(&self, unconfirmed: &BTreeMap<u64, M>, from: u64) {
+        for (seq, msg) in unconfirmed.range(from..) {
+            self.send(*seq, msg.clone());
+        }
+    }
 }
 
 impl<M: Clone + Send + 'static> ReliableProducer<M> {
@@ -168,32 +205,19 @@ impl<M: Clone + Send + 'static> ReliableProducer<M> {
     /// is unacknowledged every `resend_every`.
     pub fn new(id: impl Into<String>, to: Recipient<Delivery<M>>, resend_every: Duration) -> Self {
         ReliableProducer {
-            id: id.into(),
-            to,
+            consumer: Consumer::new(id.into(), to),
             next: 1,
             unconfirmed: BTreeMap::new(),
             resend_every,
-            myself: None,
         }
     }
 
     fn send(&self, seq: u64, msg: M) {
-        let Some(ack_to) = self.myself.clone() else {
-            return;
-        };
-        // A refused send is like a lost one: sent again later.
-        let _ = self.to.tell(Delivery {
-            producer: self.id.clone(),
-            seq,
-            msg,
-            ack_to,
-        });
+        self.consumer.send(seq, msg);
     }
 
     fn resend_from(&self, from: u64) {
-        for (seq, msg) in self.unconfirmed.range(from..) {
-            self.send(*seq, msg.clone());
-        }
+        self.consumer.resend_from(&self.unconfirmed, from);
     }
 }
 
@@ -218,7 +242,7 @@ impl Message for Resend {
 
 impl<M: Clone + Send + 'static> Actor for ReliableProducer<M> {
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.myself = Some(ctx.myself().recipient());
+        self.consumer.ack_to = Some(ctx.myself().recipient());
         ctx.send_interval(self.resend_every, Resend);
     }
 }
@@ -235,7 +259,7 @@ impl<M: Clone + Send + 'static> Handler<Produce<M>> for ReliableProducer<M> {
 
 impl<M: Clone + Send + 'static> Handler<Ack> for ReliableProducer<M> {
     fn handle(&mut self, ack: Ack, _: &mut Context<Self>) {
-        if ack.producer != self.id {
+        if ack.producer != self.consumer.producer {
             return;
         }
         let before = self.unconfirmed.len();
@@ -302,11 +326,9 @@ impl<M: Clone + Send + 'static> Handler<Unconfirmed> for ReliableProducer<M> {
 /// # system.shutdown(Duration::from_secs(5)).unwrap();
 /// ```
 pub struct DurableProducer<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> {
-    id: String,
-    to: Recipient<Delivery<M>>,
+    consumer: Consumer<M>,
     outbox: Persistent<Outbox<M>>,
     resend_every: Duration,
-    myself: Option<Recipient<Ack>>,
 }
 
 /// A [`DurableProducer`]'s journal: its next number and what waits for an
@@ -366,31 +388,18 @@ impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> DurablePro
         )
         .snapshots(SnapshotPolicy::every(1_000).keep(1).delete_events(true));
         DurableProducer {
-            id,
-            to,
+            consumer: Consumer::new(id, to),
             outbox,
             resend_every,
-            myself: None,
         }
     }
 
     fn send(&self, seq: u64, msg: M) {
-        let Some(ack_to) = self.myself.clone() else {
-            return;
-        };
-        // A refused send is like a lost one: sent again later.
-        let _ = self.to.tell(Delivery {
-            producer: self.id.clone(),
-            seq,
-            msg,
-            ack_to,
-        });
+        self.consumer.send(seq, msg);
     }
 
     fn resend_from(&self, from: u64) {
-        for (seq, msg) in self.outbox.unconfirmed.range(from..) {
-            self.send(*seq, msg.clone());
-        }
+        self.consumer.resend_from(&self.outbox.unconfirmed, from);
     }
 }
 
@@ -404,7 +413,7 @@ impl<M: Send + 'static> Message for ProduceDurably<M> {
 
 impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> Actor for DurableProducer<M> {
     fn started(&mut self, ctx: &mut Context<Self>) {
-        self.myself = Some(ctx.myself().recipient());
+        self.consumer.ack_to = Some(ctx.myself().recipient());
         ctx.send_interval(self.resend_every, Resend);
     }
 
@@ -445,7 +454,7 @@ impl<M: Clone + Serialize + DeserializeOwned + Send + Sync + 'static> AsyncHandl
     for DurableProducer<M>
 {
     async fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) {
-        if ack.producer != self.id {
+        if ack.producer != self.consumer.producer {
             return;
         }
         let first = self.outbox.unconfirmed.keys().next().copied();

@@ -190,9 +190,16 @@ impl Handler<Values> for Ledger {
 }
 
 /// Runs the scenario; returns what the consumer handled, in order.
-fn run(dedup: bool, seed: u64) -> Vec<u64> {
-    let system = ActorSystem::new();
-    let persistence = Persistence::in_memory();
+/// The consumer (crashing at `crashes`) behind a lossy link seeded with
+/// `seed`: the ledger, the link producers send to, and the count of
+/// deliveries the ledger took.
+fn consumer_behind_link(
+    system: &ActorSystem,
+    persistence: &Persistence,
+    dedup: bool,
+    crashes: &'static [(u64, bool)],
+    seed: u64,
+) -> (ActorRef<Ledger>, ActorRef<Link>, Arc<AtomicU64>) {
     let taken = Arc::new(AtomicU64::new(0));
     let counted = taken.clone();
     let p = persistence.clone();
@@ -203,7 +210,7 @@ fn run(dedup: bool, seed: u64) -> Vec<u64> {
                 plain: Persistent::new(&p, "ledger-plain", Seen::default()),
                 dedup,
                 taken: counted.clone(),
-                crashes: CONSUMER_CRASHES,
+                crashes,
             }
         })
         .unwrap();
@@ -216,6 +223,14 @@ fn run(dedup: bool, seed: u64) -> Vec<u64> {
             dice: Dice(seed),
         })
         .unwrap();
+    (ledger, link, taken)
+}
+
+fn run(dedup: bool, seed: u64) -> Vec<u64> {
+    let system = ActorSystem::new();
+    let persistence = Persistence::in_memory();
+    let (ledger, link, taken) =
+        consumer_behind_link(&system, &persistence, dedup, CONSUMER_CRASHES, seed);
     let producer = system
         .spawn(ReliableProducer::new(
             "orders",
@@ -291,29 +306,8 @@ impl Handler<Crash> for DurableProducer<u64> {
 fn run_with_producer_crashes(durable: bool, seed: u64) -> Vec<u64> {
     let system = ActorSystem::new();
     let persistence = Persistence::in_memory();
-    let taken = Arc::new(AtomicU64::new(0));
-    let counted = taken.clone();
-    let p = persistence.clone();
-    let ledger = system
-        .spawn_factory_with_options(SpawnOptions::new().restart(Restart::Permanent), move || {
-            Ledger {
-                seen: Persistent::new(&p, "ledger", Deduplicated::new(Seen::default())),
-                plain: Persistent::new(&p, "ledger-plain", Seen::default()),
-                dedup: true,
-                taken: counted.clone(),
-                crashes: &[(120, true)],
-            }
-        })
-        .unwrap();
-    let link = system
-        .spawn(Link {
-            consumer: ledger.recipient(),
-            producer: None,
-            held: None,
-            held_ack: None,
-            dice: Dice(seed),
-        })
-        .unwrap();
+    let (ledger, link, taken) =
+        consumer_behind_link(&system, &persistence, true, &[(120, true)], seed);
     let every = Duration::from_millis(20);
     let permanent = || SpawnOptions::new().restart(Restart::Permanent);
     let (to, p) = (link.recipient(), persistence.clone());
