@@ -66,10 +66,21 @@ impl State {
         live
     }
 
-    fn owner(&self, shard: ShardId, live: &[NodeKey]) -> Option<NodeKey> {
-        let names: Vec<&str> = live.iter().map(|k| k.name.as_str()).collect();
-        let name = placement::owner(shard, &names)?;
+    /// Where placement puts `shard` among `live`.
+    fn owner(shard: ShardId, live: &[NodeKey], names: &[&str]) -> Option<NodeKey> {
+        let name = placement::owner(shard, names)?;
         live.iter().find(|k| k.name == *name).cloned()
+    }
+
+    fn assignment(&self, shard: ShardId) -> Assignment {
+        let live = self.live();
+        let names: Vec<&str> = live.iter().map(|k| k.name.as_str()).collect();
+        Assignment {
+            shard,
+            owner: State::owner(shard, &live, &names),
+            epoch: 0,
+            released: false,
+        }
     }
 }
 
@@ -138,6 +149,7 @@ impl LeaseStore for BestEffortPlacement {
                 LeaseError::Unavailable("the node has not joined yet".to_string())
             })?;
             let live = s.live();
+            let names: Vec<&str> = live.iter().map(|k| k.name.as_str()).collect();
             Ok(StoreView {
                 shards,
                 leases: live
@@ -151,7 +163,7 @@ impl LeaseStore for BestEffortPlacement {
                     .shards()
                     .map(|shard| Assignment {
                         shard,
-                        owner: s.owner(shard, &live),
+                        owner: State::owner(shard, &live, &names),
                         epoch: 0,
                         released: false,
                     })
@@ -162,12 +174,7 @@ impl LeaseStore for BestEffortPlacement {
 
     fn claim(&self, shard: ShardId, by: &NodeKey, _seen_epoch: u64) -> StoreFuture<'_, Assignment> {
         self.with(|s| {
-            let now = Assignment {
-                shard,
-                owner: s.owner(shard, &s.live()),
-                epoch: 0,
-                released: false,
-            };
+            let now = s.assignment(shard);
             if now.owner.as_ref() == Some(by) {
                 Ok(now)
             } else {
@@ -177,14 +184,7 @@ impl LeaseStore for BestEffortPlacement {
     }
 
     fn release(&self, shard: ShardId, _by: &NodeKey, _epoch: u64) -> StoreFuture<'_, Assignment> {
-        self.with(|s| {
-            Ok(Assignment {
-                shard,
-                owner: s.owner(shard, &s.live()),
-                epoch: 0,
-                released: false,
-            })
-        })
+        self.with(|s| Ok(s.assignment(shard)))
     }
 }
 

@@ -1075,6 +1075,20 @@ impl Region {
         }
     }
 
+    /// What waited for a region that was never reached: nothing of it was
+    /// sent, so it waits for its shards again (their owner, perhaps another
+    /// by then); a flush of this node's old path is done.
+    fn wait_again(&mut self, queue: VecDeque<Pending>, ctx: &mut Context<Self>) {
+        for p in queue {
+            let shard = self.setup.shards.shard_of(&p.routed.id);
+            if self.is_own_flush(&p) {
+                self.on_flushed(shard, ctx);
+            } else {
+                self.wait(shard, p, ctx);
+            }
+        }
+    }
+
     fn is_own_flush(&self, p: &Pending) -> bool {
         std::ptr::eq(p.routed.codec, self.flush) && p.reply.is_none()
     }
@@ -1501,14 +1515,7 @@ impl Region {
             // meanwhile, and the buffer limit bounds what waits.
             Err(e) => {
                 tracing::debug!(target: "troubadour::cluster", node = %key, error = %e, "the owner's region was not found; its messages wait");
-                for p in queue {
-                    let shard = self.setup.shards.shard_of(&p.routed.id);
-                    if self.is_own_flush(&p) {
-                        self.on_flushed(shard, ctx);
-                    } else {
-                        self.wait(shard, p, ctx);
-                    }
-                }
+                self.wait_again(queue, ctx);
             }
         }
     }
@@ -1723,14 +1730,7 @@ impl Handler<MemberEvent> for Region {
                             // their shards' next owners (claimed once the
                             // lost node's lease has run out) rather than
                             // fail, as what is sent after them does.
-                            for p in queue {
-                                if self.is_own_flush(&p) {
-                                    let shard = self.setup.shards.shard_of(&p.routed.id);
-                                    self.on_flushed(shard, ctx);
-                                } else {
-                                    self.route(p, ctx);
-                                }
-                            }
+                            self.wait_again(queue, ctx);
                         }
                     }
                     Some(_) if !left_gracefully => {

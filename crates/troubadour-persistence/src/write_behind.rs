@@ -139,6 +139,14 @@ struct Pending {
     superseded: HashMap<String, u64>,
 }
 
+impl Pending {
+    /// A store holds `key` at `current` (or newer, if already known).
+    fn supersede(&mut self, key: String, current: u64) {
+        let held = self.superseded.entry(key).or_insert(current);
+        *held = (*held).max(current);
+    }
+}
+
 impl WriteBehind {
     /// Starts a flusher on `runtime` (an actor system's
     /// [`tokio_handle`](troubadour::SystemHandle::tokio_handle)) that
@@ -213,9 +221,11 @@ impl WriteBehind {
 
     /// Remembers that a store holds `key` at `current`.
     fn note_superseded(&self, key: &str, current: u64) {
-        let mut pending = self.shared.pending.lock().unwrap();
-        let held = pending.superseded.entry(key.to_string()).or_insert(current);
-        *held = (*held).max(current);
+        self.shared
+            .pending
+            .lock()
+            .unwrap()
+            .supersede(key.to_string(), current);
     }
 
     /// The newer epoch a store holds for `key`, if it refused a write of
@@ -276,8 +286,7 @@ async fn flush_once(shared: &Shared) -> Result<(), JournalError> {
                     if pending.states.get(&key).is_some_and(|(e, _)| *e < current) {
                         pending.states.remove(&key);
                     }
-                    let held = pending.superseded.entry(key).or_insert(current);
-                    *held = (*held).max(current);
+                    pending.supersede(key, current);
                 }
             }
             shared.completed.send_replace(generation);
