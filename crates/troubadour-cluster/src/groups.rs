@@ -23,7 +23,7 @@ use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::any::{Any, TypeId};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{LazyLock, RwLock};
@@ -290,12 +290,14 @@ pub(crate) enum Event {
 pub(crate) struct Groups {
     me: NodeId,
     lookup: NodeLookup,
-    members: HashMap<NodeKey, NodeId>,
+    // Ordered maps where an iteration sends something: the same order on
+    // every run, so a seed replays a simulation.
+    members: BTreeMap<NodeKey, NodeId>,
     /// Nodes seen down: what they sent and is still arriving is void.
-    gone: std::collections::HashSet<NodeKey>,
-    peers: HashMap<NodeKey, Peer>,
-    local: HashMap<GroupKey, Box<dyn MemberList>>,
-    remote: HashMap<GroupKey, HashMap<NodeKey, Box<dyn MemberList>>>,
+    gone: BTreeSet<NodeKey>,
+    peers: BTreeMap<NodeKey, Peer>,
+    local: BTreeMap<GroupKey, Box<dyn MemberList>>,
+    remote: BTreeMap<GroupKey, BTreeMap<NodeKey, Box<dyn MemberList>>>,
     /// The groups each local member is in, for when it stops.
     watched: HashMap<ActorId, Vec<GroupKey>>,
     tasks: Tasks<Event>,
@@ -306,11 +308,11 @@ impl Groups {
         Groups {
             me,
             lookup,
-            members: HashMap::new(),
-            gone: std::collections::HashSet::new(),
-            peers: HashMap::new(),
-            local: HashMap::new(),
-            remote: HashMap::new(),
+            members: BTreeMap::new(),
+            gone: BTreeSet::new(),
+            peers: BTreeMap::new(),
+            local: BTreeMap::new(),
+            remote: BTreeMap::new(),
             watched: HashMap::new(),
             tasks: Tasks::default(),
         }

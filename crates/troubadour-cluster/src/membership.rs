@@ -104,6 +104,7 @@ impl Message for MemberEvent {
 pub struct MembershipConfig {
     config: Config,
     seed: Option<u64>,
+    rejoin_every: Duration,
 }
 
 impl MembershipConfig {
@@ -120,7 +121,11 @@ impl MembershipConfig {
             frequency: Duration::from_secs(5),
             num_members: NonZeroUsize::new(2).expect("not zero"),
         });
-        MembershipConfig { config, seed: None }
+        MembershipConfig {
+            config,
+            seed: None,
+            rejoin_every: Duration::from_secs(2),
+        }
     }
 
     /// How often a member probes another (default 1 s).
@@ -140,6 +145,17 @@ impl MembershipConfig {
     /// is declared down.
     pub fn suspect_to_down_after(mut self, after: Duration) -> MembershipConfig {
         self.config.suspect_to_down_after = after;
+        self
+    }
+
+    /// How often a node that knows no member up (it has not joined yet,
+    /// or a partition left it alone) announces itself again to the seeds
+    /// it was given and the members it knew, a few at a time (default
+    /// 2 s). foca itself announces only while it has members: two nodes
+    /// that each hold the other down after a partition would otherwise
+    /// never meet again.
+    pub fn rejoin_every(mut self, every: Duration) -> MembershipConfig {
+        self.rejoin_every = every;
         self
     }
 
@@ -243,6 +259,14 @@ impl Membership {
                 channel: channel.clone(),
                 view: view.clone(),
                 subscribers: Vec::new(),
+                known: BTreeMap::new(),
+                me: (myself.name().to_string(), myself.incarnation()),
+                rejoin: Rejoin {
+                    every: config.rejoin_every,
+                    armed: false,
+                    next: 0,
+                },
+                left: false,
             })
             .map_err(|e| MembershipError::Spawn(e.to_string()))?;
         let to_actor = actor.clone();
@@ -354,9 +378,35 @@ struct MembershipActor {
     channel: Arc<OnceLock<ControlChannel>>,
     view: Arc<View>,
     subscribers: Vec<Recipient<MemberEvent>>,
+    /// Every seed given and every member seen up, down ones included
+    /// (the older incarnations of a restarted node dropped): whom a node
+    /// alone announces itself to.
+    known: BTreeMap<(String, u64), MemberId>,
+    /// This node's name and incarnation (foca's address of it).
+    me: (String, u64),
+    rejoin: Rejoin,
+    left: bool,
 }
 
+/// The rounds of announcements of a node alone.
+struct Rejoin {
+    every: Duration,
+    armed: bool,
+    /// Where the next round starts in `known`, so every known node is
+    /// tried in turn.
+    next: usize,
+}
+
+/// How many nodes one round of a node alone announces itself to.
+const REJOIN_FANOUT: usize = 3;
+
 impl Actor for MembershipActor {}
+
+/// Announce this node again if it is still alone.
+struct RejoinRound;
+impl Message for RejoinRound {
+    type Reply = ();
+}
 
 struct Gossip(Vec<u8>);
 impl Message for Gossip {
@@ -392,6 +442,8 @@ enum Change {
 
 struct Effects<'a> {
     channel: Option<&'a ControlChannel>,
+    /// This node's name and incarnation.
+    me: &'a (String, u64),
     timers: Vec<(Timer<MemberId>, Duration)>,
     changes: Vec<Change>,
 }
@@ -401,16 +453,25 @@ impl Runtime<MemberId> for Effects<'_> {
         match notification {
             Notification::MemberUp(id) => self.changes.push(Change::Up(id.clone())),
             Notification::MemberDown(id) => self.changes.push(Change::Down(id.clone())),
-            Notification::Active | Notification::Rejoin(_) => {
-                self.changes.push(Change::Active(true))
+            Notification::Active => self.changes.push(Change::Active(true)),
+            // A renewed identity (after being declared down) is not a
+            // member until another answers it: foca stops its timers until
+            // then, so the node announces itself as one alone does.
+            Notification::Rejoin(_) | Notification::Idle | Notification::Defunct => {
+                self.changes.push(Change::Active(false))
             }
-            Notification::Idle | Notification::Defunct => self.changes.push(Change::Active(false)),
             // Same name and incarnation, a newer bump: the same node.
             _ => {}
         }
     }
 
     fn send_to(&mut self, to: MemberId, data: &[u8]) {
+        // foca may hold an older identity of this very node (gossip said
+        // it was down before it renewed) and announce to it: a node never
+        // dials itself.
+        if to.addr() == *self.me {
+            return;
+        }
         // A node that cannot be reached is a lost packet to SWIM, which
         // probes, suspects and declares down from exactly that.
         if let (Some(channel), Some(node)) = (self.channel, to.node()) {
@@ -435,6 +496,7 @@ impl MembershipActor {
     ) {
         let mut effects = Effects {
             channel: self.channel.get(),
+            me: &self.me,
             timers: Vec::new(),
             changes: Vec::new(),
         };
@@ -448,18 +510,25 @@ impl MembershipActor {
             ctx.send_after(after, Tick(timer));
         }
         for change in changes {
-            self.apply(change);
+            self.apply(change, ctx);
         }
     }
 
-    fn apply(&mut self, change: Change) {
+    fn apply(&mut self, change: Change, ctx: &mut Context<Self>) {
         let event = match change {
             Change::Active(active) => {
                 self.view.active.store(active, Ordering::Release);
+                if !active {
+                    self.arm_rejoin(ctx);
+                }
                 return;
             }
             Change::Up(id) => {
                 let Some(node) = id.node() else { return };
+                self.known.retain(|(name, incarnation), _| {
+                    *name != id.name || *incarnation == id.incarnation
+                });
+                self.known.insert(id.addr(), id.clone());
                 let fresh = self
                     .view
                     .members
@@ -506,8 +575,44 @@ impl Handler<Announce> for MembershipActor {
     fn handle(&mut self, Announce(seeds): Announce, ctx: &mut Context<Self>) {
         for seed in seeds {
             let id = MemberId::of(&seed, None);
+            self.known.entry(id.addr()).or_insert_with(|| id.clone());
             self.drive(ctx, |foca, fx| foca.announce(id, fx));
         }
+        // A seed not listening yet, or down: try again until one answers.
+        self.arm_rejoin(ctx);
+    }
+}
+
+impl MembershipActor {
+    fn arm_rejoin(&mut self, ctx: &mut Context<Self>) {
+        if !self.rejoin.armed && !self.left {
+            self.rejoin.armed = true;
+            ctx.send_after(self.rejoin.every, RejoinRound);
+        }
+    }
+}
+
+impl Handler<RejoinRound> for MembershipActor {
+    fn handle(&mut self, _: RejoinRound, ctx: &mut Context<Self>) {
+        self.rejoin.armed = false;
+        if self.left || self.view.active.load(Ordering::Acquire) {
+            return;
+        }
+        let others: Vec<MemberId> = self
+            .known
+            .iter()
+            .filter(|(addr, _)| **addr != self.me)
+            .map(|(_, id)| id.clone())
+            .collect();
+        if others.is_empty() {
+            return;
+        }
+        for k in 0..REJOIN_FANOUT.min(others.len()) {
+            let id = others[(self.rejoin.next + k) % others.len()].clone();
+            self.drive(ctx, |foca, fx| foca.announce(id, fx));
+        }
+        self.rejoin.next = (self.rejoin.next + REJOIN_FANOUT) % others.len();
+        self.arm_rejoin(ctx);
     }
 }
 
@@ -524,6 +629,7 @@ impl Handler<Subscribe> for MembershipActor {
 
 impl Handler<Leave> for MembershipActor {
     fn handle(&mut self, _: Leave, ctx: &mut Context<Self>) {
+        self.left = true;
         self.drive(ctx, |foca, fx| foca.leave_cluster(fx));
     }
 }

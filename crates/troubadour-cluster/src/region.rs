@@ -203,10 +203,10 @@ pub(crate) struct Region {
     view: Option<StoreView>,
     hosted: BTreeMap<ShardId, Hosted>,
     /// Shards with a claim or a release on its way to the store.
-    in_flight: HashMap<ShardId, ()>,
+    in_flight: BTreeSet<ShardId>,
     waiting: BTreeMap<ShardId, VecDeque<Pending>>,
     waiting_len: usize,
-    peers: HashMap<NodeKey, Peer>,
+    peers: BTreeMap<NodeKey, Peer>,
     tasks: Tasks<Event>,
     renewing: bool,
     /// A read of the store alone is on its way.
@@ -232,7 +232,7 @@ pub(crate) struct Region {
     counts: RegionCounts,
     /// Where this region last sent each shard's messages, with an entity
     /// of the shard (a flush down that path is routed by its id).
-    sent_to: HashMap<ShardId, (Target, String)>,
+    sent_to: BTreeMap<ShardId, (Target, String)>,
     /// Once the store let the node go: what it waits for before its leave
     /// is done.
     departure: Option<Departure>,
@@ -241,7 +241,7 @@ pub(crate) struct Region {
     leaving_nodes: BTreeSet<NodeKey>,
     /// Shards whose old path is being flushed: what is sent meanwhile
     /// waits here, in order.
-    moving: HashMap<ShardId, VecDeque<Pending>>,
+    moving: BTreeMap<ShardId, VecDeque<Pending>>,
     flush: &'static MessageCodec,
     departing: &'static MessageCodec,
     departed: &'static MessageCodec,
@@ -275,6 +275,13 @@ enum Target {
 /// Renew the lease and read the store now.
 #[derive(Clone)]
 pub(crate) struct Tick;
+
+/// The lease's local end as a renewal last set it: stop hosting now
+/// unless a later renewal moved the end.
+struct LeaseEnds;
+impl Message for LeaseEnds {
+    type Reply = ();
+}
 
 /// Read the store now (between renewals).
 #[derive(Clone)]
@@ -370,10 +377,10 @@ impl Region {
             members: BTreeMap::new(),
             view: None,
             hosted: BTreeMap::new(),
-            in_flight: HashMap::new(),
+            in_flight: BTreeSet::new(),
             waiting: BTreeMap::new(),
             waiting_len: 0,
-            peers: HashMap::new(),
+            peers: BTreeMap::new(),
             tasks: Tasks::default(),
             renewing: false,
             viewing: false,
@@ -387,10 +394,10 @@ impl Region {
             awaited: None,
             failovers: 0,
             counts: RegionCounts::default(),
-            sent_to: HashMap::new(),
+            sent_to: BTreeMap::new(),
             departure: None,
             leaving_nodes: BTreeSet::new(),
-            moving: HashMap::new(),
+            moving: BTreeMap::new(),
             flush: flush_codec(),
             departing,
             departed,
@@ -498,6 +505,13 @@ impl Region {
                 if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
                     // Whatever was held before the lease ran out is void.
                     self.drop_all();
+                }
+                // Stop hosting the moment the lease ends here unless renewed
+                // again by then: the store lets another node claim only a
+                // margin later, and a check at the next tick (a third of a
+                // lease away) or the next message would come too late.
+                if let Some(until) = self.setup.lease.valid_until() {
+                    ctx.send_after(until.saturating_duration_since(now), LeaseEnds);
                 }
             }
             Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
@@ -634,7 +648,7 @@ impl Region {
         let mut moving = vec![false; view.assignments.len()];
         for m in moves {
             moving[m.shard.get() as usize] = true;
-            if self.in_flight.contains_key(&m.shard) {
+            if self.in_flight.contains(&m.shard) {
                 continue;
             }
             let a = &view.assignments[m.shard.get() as usize];
@@ -675,7 +689,7 @@ impl Region {
                     && !a.released
                     && !moving[i]
                     && !self.hosted.contains_key(&shard)
-                    && !self.in_flight.contains_key(&shard)
+                    && !self.in_flight.contains(&shard)
                 {
                     self.claim(shard, a.epoch, false, ctx);
                 }
@@ -693,13 +707,15 @@ impl Region {
         if self.leaving || !self.lease_valid(ctx) {
             return;
         }
-        let singletons: Vec<(&'static str, MakeEntity)> = self
+        let mut singletons: Vec<(&'static str, MakeEntity)> = self
             .setup
             .kinds
             .iter()
             .filter(|(_, k)| k.singleton)
             .map(|(name, k)| (*name, k.make.clone()))
             .collect();
+        // By name, not in a hash map's order: a seed replays a simulation.
+        singletons.sort_unstable_by_key(|(name, _)| *name);
         for (kind, make) in singletons {
             let id = singleton_id(kind);
             let shard = self.setup.shards.shard_of(id);
@@ -780,7 +796,7 @@ impl Region {
     /// Claims `shard` from epoch `seen`; `failover` when it takes the
     /// shard from a lost node.
     fn claim(&mut self, shard: ShardId, seen: u64, failover: bool, ctx: &mut Context<Self>) {
-        self.in_flight.insert(shard, ());
+        self.in_flight.insert(shard);
         let store = self.setup.store.clone();
         let key = self.key.clone();
         self.start_task(
@@ -834,7 +850,7 @@ impl Region {
     /// shard meanwhile waits for the next owner.
     fn release(&mut self, shard: ShardId, epoch: u64, ctx: &mut Context<Self>) {
         let stopped = self.hand_over(shard);
-        self.in_flight.insert(shard, ());
+        self.in_flight.insert(shard);
         let store = self.setup.store.clone();
         let key = self.key.clone();
         let before = self.setup.before_handoff.clone();
@@ -1612,6 +1628,12 @@ impl Handler<Tick> for Region {
     fn handle(&mut self, _: Tick, ctx: &mut Context<Self>) {
         self.check_lease(ctx);
         self.renew(ctx);
+    }
+}
+
+impl Handler<LeaseEnds> for Region {
+    fn handle(&mut self, _: LeaseEnds, ctx: &mut Context<Self>) {
+        self.check_lease(ctx);
     }
 }
 

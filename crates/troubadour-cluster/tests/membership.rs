@@ -142,6 +142,66 @@ fn a_split_of_minutes_heals_within_seconds_of_the_network() {
     });
 }
 
+/// Every node cut from every other long enough to be alone: foca stops
+/// announcing once a node has no member left, so without the rounds of
+/// announcements a node alone makes to the members it knew, the cluster
+/// would stay five clusters of one after the network healed.
+#[test]
+fn nodes_a_partition_left_alone_find_each_other_again_after_it_heals() {
+    simulate_network(seeds(20), |net| {
+        let members: Vec<Membership> = (0..5)
+            .map(|i| {
+                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
+                start(net, node)
+            })
+            .collect();
+        for m in &members[1..] {
+            m.join([net.system(0).node()]);
+        }
+        net.run_for(5 * S);
+        for a in 0..5 {
+            for b in a + 1..5 {
+                net.partition(a, b);
+            }
+        }
+        net.run_for(60 * S);
+        for m in &members {
+            assert_eq!(m.members().len(), 1, "as {} sees it", m.myself());
+            assert!(!m.is_active(), "{} is alone", m.myself());
+        }
+        net.heal_all();
+        // A round every 2 s to three of the four others, then the probe
+        // and suspicion cycle of a renewed identity.
+        net.run_for(20 * S);
+        for m in &members {
+            assert_eq!(names(&m.members()), all(5), "as {} sees it", m.myself());
+        }
+    });
+}
+
+/// A seed that cannot be reached when a node joins (not up yet, or cut
+/// off): the node keeps announcing itself and joins once it can.
+#[test]
+fn a_node_joins_once_its_seed_can_be_reached() {
+    simulate_network(seeds(20), |net| {
+        let members = (0..2)
+            .map(|i| {
+                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
+                start(net, node)
+            })
+            .collect::<Vec<_>>();
+        net.partition(0, 1);
+        members[1].join([net.system(0).node()]);
+        net.run_for(30 * S);
+        assert_eq!(names(&members[1].members()), ["n1"]);
+        net.heal_all();
+        net.run_for(10 * S);
+        for m in &members {
+            assert_eq!(names(&m.members()), all(2), "as {} sees it", m.myself());
+        }
+    });
+}
+
 #[test]
 fn a_crashed_node_is_declared_down_and_its_restart_is_a_new_member() {
     simulate_network(seeds(20), |net| {

@@ -375,6 +375,38 @@ impl Scenario {
         self.phase = name.to_string();
     }
 
+    /// `rounds` of two seconds: each cuts or heals one random pair of
+    /// nodes and one node's link to the store, and sends a round of load.
+    /// Returns the most messages that waited for an owner at once.
+    fn flap(&mut self, net: &mut SimNetwork, rounds: usize) -> usize {
+        self.phase = "flapping".into();
+        let mut cut = std::collections::BTreeSet::new();
+        let mut most_waiting = 0;
+        for _ in 0..rounds {
+            let a = self.rng.below(NODES as u64) as usize;
+            let b = (a + 1 + self.rng.below(NODES as u64 - 1) as usize) % NODES;
+            let pair = (a.min(b), a.max(b));
+            if cut.remove(&pair) {
+                net.heal(pair.0, pair.1);
+            } else {
+                cut.insert(pair);
+                net.partition(pair.0, pair.1);
+            }
+            let n = self.rng.below(NODES as u64) as usize;
+            let was = self.store_cut[n].load(Ordering::SeqCst);
+            self.store_cut[n].store(!was, Ordering::SeqCst);
+            self.load(net, COUNTERS, 20);
+            net.run_for(2 * S);
+            let waiting: usize = self
+                .running()
+                .into_iter()
+                .map(|i| net.block_on(self.cluster(i).status()).unwrap().waiting)
+                .sum();
+            most_waiting = most_waiting.max(waiting);
+        }
+        most_waiting
+    }
+
     fn check_single_activation(&self) {
         let w = self.world.lock().unwrap();
         let twice: Vec<_> = w.most_alive.iter().filter(|(_, &n)| n > 1).collect();
@@ -606,44 +638,21 @@ fn scaling_three_to_five_to_three_keeps_each_senders_order() {
 /// more peers than there are other nodes (reconnects replace, they do
 /// not add).
 ///
-/// Ignored for now: in runs of many seeds in one process, some seeds end
-/// with membership still split a minute and more after the links healed
-/// (members holding each other down, so messages wait for owners their
-/// nodes think dead while those owners' leases stay valid). The same seed
-/// alone passes: `HashMap` iteration order differs between runs, so these
-/// simulations are not fully replayable yet. Run it with `--ignored`.
+/// It found three faults (200 seeds pass since, 2026-11-27): a node whose
+/// lease ran out while it was cut from the store noticed only at its next
+/// tick, a third of a lease later, so its entities still ran when another
+/// node took their shard (seed 8); nodes left alone by the flapping
+/// never announced themselves again, foca announcing only while it has
+/// members, so the cluster stayed split for good (seed 13); and foca
+/// announced to an old identity of its own node, which dialled itself
+/// (seed 86).
 #[test]
-#[ignore = "membership does not always re-merge after heavy flapping (issue 15)"]
 fn flapping_links_with_loss_lose_nothing_and_leave_nothing_piled_up() {
     simulate_network(scenario_seeds(), |net| {
         let mut s = Scenario::start(net, NODES);
         s.load(net, COUNTERS, 100);
         net.set_reset_rate(1_000);
-        s.phase = "flapping".into();
-        let mut cut = std::collections::BTreeSet::new();
-        let mut most_waiting = 0;
-        for _ in 0..60 {
-            let a = s.rng.below(NODES as u64) as usize;
-            let b = (a + 1 + s.rng.below(NODES as u64 - 1) as usize) % NODES;
-            let pair = (a.min(b), a.max(b));
-            if cut.remove(&pair) {
-                net.heal(pair.0, pair.1);
-            } else {
-                cut.insert(pair);
-                net.partition(pair.0, pair.1);
-            }
-            let n = s.rng.below(NODES as u64) as usize;
-            let was = s.store_cut[n].load(Ordering::SeqCst);
-            s.store_cut[n].store(!was, Ordering::SeqCst);
-            s.load(net, COUNTERS, 20);
-            net.run_for(2 * S);
-            let waiting: usize = s
-                .running()
-                .into_iter()
-                .map(|i| net.block_on(s.cluster(i).status()).unwrap().waiting)
-                .sum();
-            most_waiting = most_waiting.max(waiting);
-        }
+        let most_waiting = s.flap(net, 60);
         net.set_reset_rate(0);
         net.heal_all();
         for c in &s.store_cut {
@@ -657,10 +666,43 @@ fn flapping_links_with_loss_lose_nothing_and_leave_nothing_piled_up() {
         for i in s.running() {
             let status = net.block_on(s.cluster(i).status()).unwrap();
             assert_eq!(status.waiting, 0, "n{i} still holds messages: {status:?}");
-            let peers = net.remote(i).peers().len();
-            assert!(peers < NODES, "n{i} knows {peers} peers ({})", s.phase);
+            let peers = net.remote(i).peers();
+            assert!(
+                peers.len() < NODES,
+                "n{i} knows {} peers ({}): {peers:#?}",
+                peers.len(),
+                s.phase
+            );
         }
     });
+}
+
+/// A seed replays exactly, even through lost connections, cut store
+/// links and many asks failing at once: a replay that parts from the
+/// first run makes every failing seed's replay command worthless. (Before
+/// nothing that sends iterated a hash map, whose order is random per map,
+/// two runs of this parted within seconds.)
+#[test]
+fn a_flapping_run_replays_exactly() {
+    let run = |seed: u64| {
+        let mut net = SimNetwork::new(seed);
+        let mut s = Scenario::start(&mut net, NODES);
+        net.set_reset_rate(1_000);
+        s.flap(&mut net, 15);
+        net.trace().to_vec()
+    };
+    for seed in seeds(2) {
+        let (a, b) = (run(seed), run(seed));
+        if let Some(i) = a.iter().zip(&b).position(|(x, y)| x != y) {
+            panic!(
+                "seed {seed}: the runs part at event {i} of {}: {:?} against {:?}",
+                a.len(),
+                &a[i.saturating_sub(5)..(i + 3).min(a.len())],
+                &b[i.saturating_sub(5)..(i + 3).min(b.len())]
+            );
+        }
+        assert_eq!(a.len(), b.len(), "seed {seed}: one run went on further");
+    }
 }
 
 /// The checker of the store's history finds two valid epochs when a claim

@@ -890,7 +890,10 @@ impl Remote {
         let links: Vec<Arc<NodeLink>> = {
             let mut peers = lock(&self.shared.peers);
             peers.dialled.clear();
-            peers.links.drain().map(|(_, link)| link).collect()
+            let mut links: Vec<_> = peers.links.drain().collect();
+            // In a fixed order, so a simulation replays.
+            links.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+            links.into_iter().map(|(_, link)| link).collect()
         };
         for link in links {
             link.forget_connection();

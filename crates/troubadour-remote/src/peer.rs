@@ -308,31 +308,34 @@ impl Peer {
         self.room.notify_waiters();
         self.shared.forget(self);
         // Dropping each pending reply ends its ask with `ConnectionLost`.
+        // Each in the order it was made, not a hash map's: what the actors
+        // here are told, and when, is then the same on every run (a seed
+        // replays a simulation).
         let pending = std::mem::take(&mut *lock(&self.pending));
-        for (_, finish) in pending {
+        for (_, finish) in by_key(pending) {
             finish(Err(AskError::ConnectionLost), 0);
         }
-        for (_, tx) in std::mem::take(&mut *lock(&self.lookups)) {
+        for (_, tx) in by_key(std::mem::take(&mut *lock(&self.lookups))) {
             let _ = tx.send(Err(format!("the connection was lost: {reason}")));
         }
         drop(std::mem::take(&mut *lock(&self.proxies)));
         let crossing = std::mem::take(&mut *lock(&self.crossing));
-        for (_, (target, watch)) in crossing.watches {
+        for (_, (target, watch)) in by_key(crossing.watches) {
             if let Some(id) = ActorId::on(&self.node, target) {
                 watch.notify(id, ExitReason::NoConnection);
             }
         }
-        for ((_, remote), local) in crossing.links_out {
+        for ((_, remote), local) in by_key(crossing.links_out) {
             if let Some(id) = ActorId::on(&self.node, remote) {
                 local.exit(id, ExitReason::NoConnection);
             }
         }
-        for ((remote, _), local) in crossing.links_in {
+        for ((remote, _), local) in by_key(crossing.links_in) {
             if let Some(id) = ActorId::on(&self.node, remote) {
                 local.exit(id, ExitReason::NoConnection);
             }
         }
-        for ((watch, _), local) in crossing.monitors_in {
+        for ((watch, _), local) in by_key(crossing.monitors_in) {
             if let Some(id) = ActorId::on(&self.node, watch) {
                 local.unmonitor(id);
             }
@@ -1165,12 +1168,13 @@ impl Peer {
             OutgoingSignal::Unwatch(watcher) => {
                 let numbers: Vec<u64> = {
                     let mut c = lock(&peer.crossing);
-                    let numbers: Vec<u64> = c
+                    let mut numbers: Vec<u64> = c
                         .watches
                         .iter()
                         .filter(|(_, (t, w))| *t == to_serial && w.watcher() == Some(watcher))
                         .map(|(n, _)| *n)
                         .collect();
+                    numbers.sort_unstable();
                     for n in &numbers {
                         c.watches.remove(n);
                     }
@@ -1287,4 +1291,12 @@ impl crate::messages::AnswerRunner for Peer {
             None => crate::inline_task::InlineTask::start(answer),
         }
     }
+}
+
+/// `map`'s entries by key: the order they were numbered in, the same on
+/// every run, where a hash map's iteration order is not.
+fn by_key<K: Ord, V>(map: HashMap<K, V>) -> Vec<(K, V)> {
+    let mut entries: Vec<(K, V)> = map.into_iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    entries
 }

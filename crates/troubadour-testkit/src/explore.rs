@@ -9,6 +9,11 @@ use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 pub const SEED_VAR: &str = "TROUBADOUR_SIM_SEED";
 /// Environment variable: how many seeds [`simulate`] tries (default 100).
 pub const SEEDS_VAR: &str = "TROUBADOUR_SIM_SEEDS";
+/// Environment variable: a directory where [`simulate_network`](crate::simulate_network)
+/// writes each seed's whole network trace (`<test>-seed-<n>.trace`, one
+/// event per line), passed or failed. Two runs of one seed that part
+/// somewhere are a replay bug; `diff` of their files shows where.
+pub const TRACE_DIR_VAR: &str = "TROUBADOUR_SIM_TRACE_DIR";
 
 /// The seeds [`simulate`] runs: only `$TROUBADOUR_SIM_SEED` when set, else
 /// `0..$TROUBADOUR_SIM_SEEDS` (default `0..default`).

@@ -197,7 +197,7 @@ mod rng;
 mod simulation;
 mod trace;
 
-pub use explore::{seeds, simulate, SEEDS_VAR, SEED_VAR};
+pub use explore::{seeds, simulate, SEEDS_VAR, SEED_VAR, TRACE_DIR_VAR};
 pub use faults::{Fault, Faults};
 pub use network::{simulate_network, NetEvent, NodeIndex, SimNetwork};
 pub use probe::{ProbeActor, TestProbe};

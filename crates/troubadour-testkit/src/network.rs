@@ -761,9 +761,9 @@ pub fn simulate_network(
 ) {
     for seed in seeds {
         let mut net = SimNetwork::new(seed);
-        let Err(payload) =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut net)))
-        else {
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| body(&mut net)));
+        write_trace(&net);
+        let Err(payload) = outcome else {
             continue;
         };
         let tail: Vec<String> = net
@@ -782,6 +782,36 @@ pub fn simulate_network(
             tail.join("\n")
         );
         std::panic::resume_unwind(payload);
+    }
+}
+
+/// Writes `net`'s trace to [`TRACE_DIR_VAR`](crate::TRACE_DIR_VAR)'s
+/// directory when it is set: the file is named after the test (the
+/// harness's thread name) and the seed.
+fn write_trace(net: &SimNetwork) {
+    let Some(dir) = std::env::var_os(crate::TRACE_DIR_VAR) else {
+        return;
+    };
+    let thread = std::thread::current();
+    let test: String = thread
+        .name()
+        .unwrap_or("unnamed")
+        .chars()
+        .map(|c| {
+            if c.is_alphanumeric() || c == '_' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let path = std::path::Path::new(&dir).join(format!("{test}-seed-{}.trace", net.seed));
+    let mut text = String::new();
+    for e in &net.trace {
+        text.push_str(&format!("{e:?}\n"));
+    }
+    if let Err(e) = std::fs::create_dir_all(&dir).and_then(|()| std::fs::write(&path, text)) {
+        eprintln!("could not write the trace to {}: {e}", path.display());
     }
 }
 
