@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour::{Ask, AskError, Handles, SystemHandle};
+use troubadour::{Ask, AskError, Deadline, Handles, SystemHandle};
 use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
 
 use crate::best_effort::BestEffortPlacement;
@@ -219,7 +219,7 @@ impl ClusterBuilder {
         self.errors.extend(messages.errors);
         let factory = Arc::new(factory);
         let make = Arc::new(
-            move |ctx: &mut Context<Region>, id: &str, at: HostedShard| {
+            move |ctx: &mut Context<Region>, id: &str, at: HostedShard, lease: &Arc<Deadline>| {
                 // Temporary, as Akka's sharding does it: an entity that fails
                 // (a panic, `ctx.fail`, a failed activation) stops alone,
                 // and the next message activates it afresh. Restarted under
@@ -228,7 +228,9 @@ impl ClusterBuilder {
                 // region's intensity and take every entity of the node down.
                 let (factory, id) = (factory.clone(), id.to_string());
                 ctx.spawn_factory_with_options(
-                    SpawnOptions::new().restart(Restart::Temporary),
+                    SpawnOptions::new()
+                        .restart(Restart::Temporary)
+                        .deadline(lease.clone()),
                     move || factory(&id, at),
                 )
                 .map(|r| Box::new(r) as AnyEntity)

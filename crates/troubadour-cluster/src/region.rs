@@ -25,7 +25,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use troubadour::prelude::*;
-use troubadour::{DeferredReply, NodeId};
+use troubadour::{Deadline, DeferredReply, NodeId};
 use troubadour_remote::{Accepts, LookupError, NodeLookup, RemoteActor};
 
 use crate::best_effort::BestEffortPlacement;
@@ -44,8 +44,12 @@ use crate::tasks::{Poll, Task, Tasks};
 pub(crate) const REGION: &str = "troubadour.cluster.region";
 
 /// Makes an entity of one kind, as a child of the region.
-pub(crate) type MakeEntity =
-    Arc<dyn Fn(&mut Context<Region>, &str, HostedShard) -> Result<AnyEntity, String> + Send + Sync>;
+/// Every entity is spawned with the node's lease as its deadline.
+pub(crate) type MakeEntity = Arc<
+    dyn Fn(&mut Context<Region>, &str, HostedShard, &Arc<Deadline>) -> Result<AnyEntity, String>
+        + Send
+        + Sync,
+>;
 
 /// One kind the node can host.
 pub(crate) struct Kind {
@@ -199,6 +203,10 @@ pub(crate) enum Event {
 pub(crate) struct Region {
     setup: RegionSetup,
     key: NodeKey,
+    /// The lease's local end, which every entity of the node checks before
+    /// each message (so none acts past it even when this actor is late:
+    /// a backlog, a process paused and resumed).
+    lease_ends: Arc<Deadline>,
     members: BTreeMap<NodeKey, NodeId>,
     view: Option<StoreView>,
     hosted: BTreeMap<ShardId, Hosted>,
@@ -371,9 +379,12 @@ impl Region {
     pub(crate) fn new(setup: RegionSetup) -> Region {
         let key = NodeKey::new(setup.me.name(), setup.me.incarnation());
         let (departing, departed) = departure_codecs();
+        let lease_ends = Arc::new(Deadline::new(Instant::now()));
+        lease_ends.expire();
         Region {
             setup,
             key,
+            lease_ends,
             members: BTreeMap::new(),
             view: None,
             hosted: BTreeMap::new(),
@@ -407,6 +418,14 @@ impl Region {
     fn start_task(&mut self, task: Task<Event>, ctx: &mut Context<Self>) {
         if let Some(event) = self.tasks.start(&ctx.myself(), task) {
             self.on_event(event, ctx);
+        }
+    }
+
+    /// Copies the lease's local end to the entities' deadline.
+    fn sync_lease_ends(&self) {
+        match self.setup.lease.valid_until() {
+            Some(until) => self.lease_ends.set(until),
+            None => self.lease_ends.expire(),
         }
     }
 
@@ -502,7 +521,9 @@ impl Region {
         }
         match renewed {
             Ok(()) => {
-                if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
+                let renewal = self.setup.lease.renewed(sent_at, now);
+                self.sync_lease_ends();
+                if renewal == Renewal::Started {
                     // Whatever was held before the lease ran out is void.
                     self.drop_all();
                 }
@@ -514,7 +535,10 @@ impl Region {
                     ctx.send_after(until.saturating_duration_since(now), LeaseEnds);
                 }
             }
-            Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
+            Err(LeaseError::NotLeased(_)) => {
+                self.setup.lease.lost();
+                self.sync_lease_ends();
+            }
             // Unreachable store: the lease runs out by itself.
             Err(e) => {
                 tracing::warn!(target: "troubadour::cluster", error = %e, "lease renewal failed");
@@ -737,7 +761,7 @@ impl Region {
                 shard,
                 epoch: hosted.epoch,
             };
-            match make(ctx, id, at) {
+            match make(ctx, id, at, &self.lease_ends) {
                 Ok(entity) => {
                     self.counts.activations += 1;
                     tracing::info!(target: "troubadour::cluster", kind, shard = shard.get(), "singleton started");
@@ -1226,7 +1250,7 @@ impl Region {
                     epoch: hosted.epoch,
                 };
                 self.make_room(ctx);
-                match make(ctx, &p.routed.id, at) {
+                match make(ctx, &p.routed.id, at, &self.lease_ends) {
                     Ok(entity) => {
                         self.counts.activations += 1;
                         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
@@ -1568,6 +1592,7 @@ impl Region {
                 if result.is_ok() {
                     self.left = true;
                     self.setup.lease.lost();
+                    self.sync_lease_ends();
                     self.depart(ctx);
                 } else {
                     // Try again at the next leave; keep the lease meanwhile.

@@ -64,6 +64,17 @@ impl RemoteMessage for Get {
     const NAME: &'static str = "scenario.Get";
 }
 
+/// Keeps the counter busy for a while (awaiting, so what is sent meanwhile
+/// queues in its mailbox).
+#[derive(Debug, Serialize, Deserialize)]
+struct Hold(u64);
+impl Message for Hold {
+    type Reply = ();
+}
+impl RemoteMessage for Hold {
+    const NAME: &'static str = "scenario.Hold";
+}
+
 /// Numbered messages from one sender: each must follow the last one the
 /// entity got from that sender, whichever activation got it.
 #[derive(Debug, Serialize, Deserialize)]
@@ -87,6 +98,24 @@ struct World {
     /// The last `Seq` number each entity got from each sender.
     last_seq: HashMap<(String, u32), u64>,
     disorder: Vec<String>,
+    /// Every activation of each id: when it started, and when it last
+    /// began to handle a message (virtual time).
+    activations: HashMap<String, Vec<Activation>>,
+}
+
+#[derive(Clone, Copy)]
+struct Activation {
+    started: Instant,
+    last_handled: Option<Instant>,
+}
+
+impl World {
+    /// A handler of activation `n` of `id` begins at `now`.
+    fn handling(&mut self, id: &str, n: usize, now: Instant) {
+        if let Some(a) = self.activations.get_mut(id).and_then(|all| all.get_mut(n)) {
+            a.last_handled = Some(now);
+        }
+    }
 }
 type Shared = Arc<Mutex<World>>;
 
@@ -94,11 +123,19 @@ struct Counter {
     id: String,
     total: u64,
     world: Shared,
+    /// Which of its id's activations this is.
+    activation: usize,
 }
 
 impl Actor for Counter {
-    fn started(&mut self, _: &mut Context<Self>) {
+    fn started(&mut self, ctx: &mut Context<Self>) {
         let mut w = self.world.lock().unwrap();
+        let all = w.activations.entry(self.id.clone()).or_default();
+        self.activation = all.len();
+        all.push(Activation {
+            started: ctx.now(),
+            last_handled: None,
+        });
         // Recovery: the state the last activation made durable.
         self.total = w.durable.get(&self.id).copied().unwrap_or(0);
         let now = {
@@ -116,15 +153,24 @@ impl Actor for Counter {
 }
 
 impl Handler<Add> for Counter {
-    fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 {
+    fn handle(&mut self, Add(n): Add, ctx: &mut Context<Self>) -> u64 {
         self.total += n;
+        let mut w = self.world.lock().unwrap();
+        w.handling(&self.id, self.activation, ctx.now());
         // Durable before the answer, as a write-through entity is.
+        w.durable.insert(self.id.clone(), self.total);
+        self.total
+    }
+}
+
+impl AsyncHandler<Hold> for Counter {
+    async fn handle(&mut self, Hold(millis): Hold, ctx: &mut Context<Self>) {
+        let now = ctx.now();
         self.world
             .lock()
             .unwrap()
-            .durable
-            .insert(self.id.clone(), self.total);
-        self.total
+            .handling(&self.id, self.activation, now);
+        ctx.system().sleep(Duration::from_millis(millis)).await;
     }
 }
 
@@ -152,7 +198,10 @@ impl Handler<Seq> for Counter {
 impl Entity for Counter {
     const KIND: &'static str = "scenario.counter";
     fn messages(m: &mut EntityMessages<Self>) {
-        m.handle::<Add>().handle::<Get>().handle::<Seq>();
+        m.handle::<Add>()
+            .handle::<Get>()
+            .handle::<Seq>()
+            .handle_async::<Hold>();
     }
 }
 
@@ -172,6 +221,8 @@ struct Scenario {
     /// Per counter: increments acknowledged, and increments sent.
     acked: BTreeMap<String, u64>,
     sent: BTreeMap<String, u64>,
+    /// A node paused now: it takes no load and answers no status.
+    paused: Option<NodeIndex>,
     rng: Rng,
 }
 
@@ -196,6 +247,7 @@ fn start_node(
             id: id.to_string(),
             total: 0,
             world: world.clone(),
+            activation: 0,
         });
     let starting = builder.start(net.system(i), net.remote(i));
     net.block_on(starting).unwrap()
@@ -227,6 +279,7 @@ impl Scenario {
             world,
             phase: "healthy".into(),
             acked: BTreeMap::new(),
+            paused: None,
             sent: BTreeMap::new(),
             rng: Rng::new(net.seed() ^ 0x5CE7_A210),
         }
@@ -267,7 +320,7 @@ impl Scenario {
 
     fn running(&self) -> Vec<NodeIndex> {
         (0..self.clusters.len())
-            .filter(|&i| self.clusters[i].is_some())
+            .filter(|&i| self.clusters[i].is_some() && self.paused != Some(i))
             .collect()
     }
 
@@ -411,6 +464,26 @@ impl Scenario {
         let w = self.world.lock().unwrap();
         let twice: Vec<_> = w.most_alive.iter().filter(|(_, &n)| n > 1).collect();
         assert!(twice.is_empty(), "active on two nodes at once: {twice:?}");
+    }
+
+    /// No activation of an id begins a handler after a later activation
+    /// of it started: whatever else stayed alive (a paused process's), it
+    /// did not act.
+    fn check_no_stale_activation_acted(&self) {
+        let w = self.world.lock().unwrap();
+        let mut stale = Vec::new();
+        for (id, all) in &w.activations {
+            for (i, a) in all.iter().enumerate() {
+                let Some(last) = a.last_handled else { continue };
+                if let Some(later) = all[i + 1..].iter().find(|b| b.started < last) {
+                    stale.push(format!(
+                        "{id}: activation {i} handled a message {:?} after a later one started",
+                        last - later.started
+                    ));
+                }
+            }
+        }
+        assert!(stale.is_empty(), "stale activations acted: {stale:#?}");
     }
 
     fn check_store(&self) {
@@ -674,6 +747,53 @@ fn flapping_links_with_loss_lose_nothing_and_leave_nothing_piled_up() {
                 s.phase
             );
         }
+    });
+}
+
+/// A node paused for three times the lease (SIGSTOP, a frozen VM, a long
+/// GC pause) while its entities have increments queued behind a handler
+/// that awaits, then resumed: everything that came due meanwhile is ready
+/// at once, in any order, its region's check of the lease among it. The
+/// other nodes took its shards once its lease ran out; none of its
+/// entities may handle another message (each checks the lease before
+/// every message), or an old total would overwrite the new owner's.
+/// Wall-clock jumps are not simulated: nothing here reads the wall clock
+/// (only `Instant`), so a jump changes nothing.
+#[test]
+fn a_node_paused_for_three_leases_does_not_act_on_what_it_lost() {
+    simulate_network(scenario_seeds(), |net| {
+        let mut s = Scenario::start(net, NODES);
+        s.load(net, COUNTERS, 100);
+        // Every counter busy for a second, three increments queued behind.
+        for i in 0..COUNTERS {
+            let id = format!("c{i}");
+            let counter = s.cluster(0).entity::<Counter>(id.clone());
+            counter.tell(Hold(1_000)).unwrap();
+            for _ in 0..3 {
+                counter.tell(Add(1)).unwrap();
+                *s.sent.entry(id.clone()).or_default() += 1;
+            }
+        }
+        net.run_for(Duration::from_millis(300));
+        net.pause(1);
+        s.paused = Some(1);
+        s.phase = "n1 paused".into();
+        let paused_at = net.now();
+        while net.now() < paused_at + 3 * TTL {
+            s.load(net, COUNTERS, 20);
+            net.run_for(S);
+        }
+        net.resume(1);
+        s.paused = None;
+        s.phase = "n1 resumed".into();
+        for _ in 0..10 {
+            s.load(net, COUNTERS, 20);
+            net.run_for(S);
+        }
+        s.check_counters(net, 0);
+        s.check_no_stale_activation_acted();
+        s.check_store();
+        s.check_shards_moved();
     });
 }
 

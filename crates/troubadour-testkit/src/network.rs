@@ -77,6 +77,9 @@ struct SimNode {
     system: ActorSystem,
     remote: Remote,
     crashed: bool,
+    /// Stopped (SIGSTOP, a paused VM, a long GC) since then: it runs
+    /// nothing and reads nothing until resumed.
+    paused_since: Option<Instant>,
 }
 
 /// One direction of a connection: its end that sends, and the chunks of
@@ -141,6 +144,10 @@ pub enum NetEvent {
     Crashed(NodeIndex),
     /// A crashed node started again as a new incarnation.
     Restarted(NodeIndex),
+    /// A node was paused.
+    Paused(NodeIndex),
+    /// A paused node runs again.
+    Resumed(NodeIndex),
     /// A dial connected.
     Dialled {
         /// Dialling node.
@@ -303,6 +310,7 @@ impl SimNetwork {
             system,
             remote,
             crashed: false,
+            paused_since: None,
         }
     }
 
@@ -426,6 +434,32 @@ impl SimNetwork {
         }
     }
 
+    /// Pauses node `n`, as SIGSTOP or a frozen VM does: its actors and
+    /// timers do not run and it reads and writes nothing, while the clock
+    /// goes on for everyone. Bytes sent to it wait (the kernel buffers
+    /// them), dials to it time out, and once it has been silent for the
+    /// heartbeat timeout its peers count its connections lost. On
+    /// [`resume`](Self::resume) everything that came due meanwhile is ready
+    /// at once, in the order the seed picks.
+    pub fn pause(&mut self, n: NodeIndex) {
+        if self.nodes[n].paused_since.is_none() {
+            self.nodes[n].paused_since = Some(self.now);
+            self.trace.push(NetEvent::Paused(n));
+        }
+    }
+
+    /// Resumes paused node `n`.
+    pub fn resume(&mut self, n: NodeIndex) {
+        if self.nodes[n].paused_since.take().is_some() {
+            self.trace.push(NetEvent::Resumed(n));
+        }
+    }
+
+    /// Whether node `n` can run now (neither crashed nor paused).
+    fn runs(&self, n: NodeIndex) -> bool {
+        !self.nodes[n].crashed && self.nodes[n].paused_since.is_none()
+    }
+
     fn lose(&mut self, c: usize, reason: &str) {
         let conn = &mut self.conns[c];
         if conn.lost {
@@ -459,7 +493,7 @@ impl SimNetwork {
         // The choices, in a fixed order so a seed replays.
         let mut choices: Vec<Choice> = Vec::new();
         for (i, n) in self.nodes.iter().enumerate() {
-            if !n.crashed && n.system.ready_actors() > 0 {
+            if self.runs(i) && n.system.ready_actors() > 0 {
                 choices.push(Choice::Run(i));
             }
         }
@@ -468,20 +502,21 @@ impl SimNetwork {
                 continue;
             }
             for d in 0..2 {
-                if !self.nodes[conn.dirs[d].from].crashed {
+                if self.runs(conn.dirs[d].from) {
                     choices.push(Choice::Send(c, d));
                 }
-                if conn.dirs[d]
-                    .in_flight
-                    .front()
-                    .is_some_and(|(at, _)| *at <= self.now)
+                if self.nodes[conn.dirs[d].to].paused_since.is_none()
+                    && conn.dirs[d]
+                        .in_flight
+                        .front()
+                        .is_some_and(|(at, _)| *at <= self.now)
                 {
                     choices.push(Choice::Deliver(c, d));
                 }
             }
         }
         for (k, d) in self.dials.iter().enumerate() {
-            if d.at <= self.now {
+            if d.at <= self.now && self.nodes[d.from].paused_since.is_none() {
                 choices.push(Choice::Dial(k));
             }
         }
@@ -613,6 +648,9 @@ impl SimNetwork {
             Some(to) if self.is_cut(from, to) => {
                 Some("timed out: the nodes are partitioned".into())
             }
+            Some(to) if self.nodes[to].paused_since.is_some() => {
+                Some("timed out: the node does not answer (paused)".into())
+            }
             Some(_) => None,
         };
         if let Some(reason) = refused {
@@ -634,13 +672,13 @@ impl SimNetwork {
         }
     }
 
-    /// A direction cut for the heartbeat timeout loses its connection.
+    /// A direction cut, or a node paused, for the heartbeat timeout loses
+    /// its connection.
     fn expire_cuts(&mut self) {
         for c in 0..self.conns.len() {
             let expired = self.conns[c].dirs.iter().any(|d| {
-                self.cuts
-                    .get(&(d.from, d.to))
-                    .is_some_and(|since| self.now.duration_since(*since) >= self.heartbeat_timeout)
+                self.silent_since(d)
+                    .is_some_and(|since| self.now.duration_since(since) >= self.heartbeat_timeout)
             });
             if expired && !self.conns[c].lost {
                 self.lose(c, "partitioned past the heartbeat timeout");
@@ -648,12 +686,21 @@ impl SimNetwork {
         }
     }
 
+    /// Since when direction `d` carries nothing: cut, or its sender paused.
+    fn silent_since(&self, d: &Direction) -> Option<Instant> {
+        let cut = self.cuts.get(&(d.from, d.to)).copied();
+        let paused = self.nodes[d.from].paused_since;
+        cut.into_iter().chain(paused).min()
+    }
+
     fn poll_answers(&mut self) {
         let waker = Waker::from(Arc::new(NoWake));
         let mut cx = TaskContext::from_waker(&waker);
         for conn in &self.conns {
-            for end in &conn.ends {
-                end.poll_answers(&mut cx);
+            for (end, dir) in conn.ends.iter().zip(&conn.dirs) {
+                if self.nodes[dir.from].paused_since.is_none() {
+                    end.poll_answers(&mut cx);
+                }
             }
         }
     }
@@ -673,22 +720,28 @@ impl SimNetwork {
         let timers = self
             .nodes
             .iter()
-            .filter(|n| !n.crashed)
-            .filter_map(|n| n.system.next_timer_at());
+            .enumerate()
+            .filter(|(i, _)| self.runs(*i))
+            .filter_map(|(_, n)| n.system.next_timer_at());
         let arrivals = self
             .conns
             .iter()
             .filter(|c| !c.lost)
             .flat_map(|c| c.dirs.iter())
+            .filter(|d| self.nodes[d.to].paused_since.is_none())
             .filter_map(|d| d.in_flight.front().map(|(at, _)| *at));
         let cuts = self
             .conns
             .iter()
             .filter(|c| !c.lost)
             .flat_map(|c| c.dirs.iter())
-            .filter_map(|d| self.cuts.get(&(d.from, d.to)))
-            .map(|since| *since + self.heartbeat_timeout);
-        let dials = self.dials.iter().map(|d| d.at);
+            .filter_map(|d| self.silent_since(d))
+            .map(|since| since + self.heartbeat_timeout);
+        let dials = self
+            .dials
+            .iter()
+            .filter(|d| self.nodes[d.from].paused_since.is_none())
+            .map(|d| d.at);
         timers.chain(arrivals).chain(cuts).chain(dials).min()
     }
 

@@ -100,6 +100,7 @@ pub use api::node_id::NodeId;
 pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
 pub use runtime::crash_report::CrashReports;
 pub use runtime::dead_letters::{DeadLetter, DeadLetterReason};
+pub use runtime::deadline::Deadline;
 pub use runtime::envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
 pub use runtime::envelope::{Envelope, EnvelopeVTable};

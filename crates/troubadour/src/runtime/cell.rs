@@ -88,6 +88,9 @@ pub(crate) struct CellConfig {
     pub(crate) route: Option<Arc<dyn crate::runtime::remote::Route>>,
     /// Set when the system observes its actors (`observation.rs`).
     pub(crate) stats: Option<Arc<crate::runtime::observation::ActorStats>>,
+    /// Set by [`SpawnOptions::deadline`](crate::SpawnOptions::deadline):
+    /// checked before every message.
+    pub(crate) deadline: Option<Arc<crate::Deadline>>,
 }
 
 pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;
@@ -850,6 +853,9 @@ impl<A: Actor> ActorCell<A> {
                 }
                 // Unstashed messages come before the mailbox.
                 if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
+                    if self.past_deadline(&ctx) {
+                        return self.stop_at_deadline(env);
+                    }
                     *left -= 1;
                     if !self.dispatch(env, &mut ctx) {
                         return false;
@@ -859,16 +865,27 @@ impl<A: Actor> ActorCell<A> {
                 // A run of mailbox messages with the queue's head in a register.
                 // The run ends, writing the head back, before anything else can
                 // touch the queue (a stop drains it).
-                let bound = self.config.as_ref().and_then(|c| c.bound.as_ref());
+                // Only some actors have a configuration (a bounded mailbox, a
+                // deadline, ...): the others pay one branch per message.
+                let config = self.config.as_deref();
                 let mut consumer = self.mailbox.consumer();
                 let mut spins = 0u32;
                 loop {
                     let env = match consumer.pop() {
                         Pop::Data(link) => {
-                            if let Some(bound) = bound {
-                                bound.free();
+                            let env = Envelope::from_link(link);
+                            if let Some(config) = config {
+                                if let Some(bound) = &config.bound {
+                                    bound.free();
+                                }
+                                // An actor past its deadline handles nothing
+                                // more (`deadline.rs`).
+                                if config.deadline.is_some() && self.past_deadline(&ctx) {
+                                    drop(consumer);
+                                    return self.stop_at_deadline(env);
+                                }
                             }
-                            Envelope::from_link(link)
+                            env
                         }
                         Pop::Empty => return false,
                         // A producer is mid-push. Wait briefly; if it was
@@ -907,6 +924,43 @@ impl<A: Actor> ActorCell<A> {
             }
             true
         }
+    }
+
+    /// Whether the actor has a deadline and it has passed by its clock.
+    /// Out of line: the turn's loop reaches it only for an actor with a
+    /// deadline.
+    #[cold]
+    #[inline(never)]
+    fn past_deadline(&self, ctx: &Context<A>) -> bool {
+        self.config
+            .as_ref()
+            .and_then(|c| c.deadline.as_deref())
+            .is_some_and(|d| !d.admits(ctx.now()))
+    }
+
+    /// The actor's deadline passed: `env`, just taken from its queue, goes
+    /// to dead letters with what is still queued, and the actor stops as if
+    /// stopped from outside, for good (never restarted: its right to run is
+    /// over). Returns `false` (it takes no more).
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role, no mailbox run is open,
+    /// the actor is running, and `env` is a live node built for this actor
+    /// type, owned by the caller.
+    #[cold]
+    unsafe fn stop_at_deadline(self: &Arc<Self>, env: *mut Envelope<A>) -> bool {
+        // SAFETY: `env` is ours and live (this function's contract); the
+        // rest of the contract is `begin_stop`'s.
+        unsafe {
+            let name = Envelope::<A>::discard(env);
+            self.system.dead_letters.record(
+                self.id,
+                name,
+                crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
+            );
+            self.begin_stop(ExitReason::Shutdown);
+        }
+        false
     }
 
     /// Dispatches one message outside a mailbox run. `false` if the actor

@@ -1,7 +1,8 @@
 //! The runtime behind the API: actor cells and their lifecycle, the
 //! system (guardian, builder, shutdown), spawning, the scheduler, timers
 //! and the tokio runtime, control signals, message nodes, bounded-mailbox
-//! room, names and dead letters, what observers see (`observation`), crash
+//! room, names and dead letters, deadlines that stop actors
+//! (`deadline`), what observers see (`observation`), crash
 //! reports, and the seam through which
 //! a proxy's sends reach the remote layer (`remote`).
 //!
@@ -12,6 +13,7 @@ pub(crate) mod blocking;
 pub(crate) mod cell;
 pub(crate) mod crash_report;
 pub(crate) mod dead_letters;
+pub(crate) mod deadline;
 pub(crate) mod envelope;
 pub(crate) mod graceful;
 pub(crate) mod mailbox_bound;

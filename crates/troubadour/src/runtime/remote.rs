@@ -524,6 +524,7 @@ impl Handler<Exited> for RemoteProcess {
 /// counters.
 pub fn proxy<A: Actor>(system: &SystemHandle, id: ActorId, route: Arc<dyn Route>) -> ActorRef<A> {
     let config = Box::new(CellConfig {
+        deadline: None,
         stats: None,
         bound: None,
         dedicated: None,

@@ -36,6 +36,7 @@ pub struct SpawnOptions {
     pub(crate) restart: Option<Restart>,
     pub(crate) blocking: bool,
     pub(crate) unstash_on_restart: bool,
+    pub(crate) deadline: Option<Arc<crate::Deadline>>,
 }
 
 impl SpawnOptions {
@@ -77,6 +78,28 @@ impl SpawnOptions {
     /// factory-spawned actors restart.
     pub fn unstash_on_restart(mut self, on: bool) -> Self {
         self.unstash_on_restart = on;
+        self
+    }
+
+    /// Stops the actor at its first turn after `deadline` has passed, by
+    /// its system's clock, before it handles another message: what is
+    /// still queued goes to dead letters, as for any actor stopped with
+    /// messages waiting. Many actors may share one deadline and anyone may
+    /// move it ([`Deadline::set`](crate::Deadline::set)). For extension
+    /// crates: the cluster stops every entity of a node this way the
+    /// instant the node's lease ends, however busy or late the actor that
+    /// watches the lease is. The stop is final: an actor its deadline
+    /// stopped is not restarted, whatever its [`Restart`].
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::{Duration, Instant};
+    /// use troubadour::{Deadline, SpawnOptions};
+    /// let lease = Arc::new(Deadline::new(Instant::now() + Duration::from_secs(10)));
+    /// let opts = SpawnOptions::new().deadline(lease.clone());
+    /// ```
+    pub fn deadline(mut self, deadline: Arc<crate::Deadline>) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 
@@ -146,14 +169,17 @@ pub(crate) fn spawn_actor<A: Actor>(
             .map(|p| p.id());
         live.insert::<A>(id, parent)
     });
-    let config = (bound.is_some() || parker.is_some() || stats.is_some()).then(|| {
-        Box::new(CellConfig {
-            bound,
-            dedicated: parker.as_ref().map(|p| p.unparker().clone()),
-            route: None,
-            stats,
-        })
-    });
+    let deadline = options.deadline;
+    let config = (bound.is_some() || parker.is_some() || stats.is_some() || deadline.is_some())
+        .then(|| {
+            Box::new(CellConfig {
+                bound,
+                dedicated: parker.as_ref().map(|p| p.unparker().clone()),
+                route: None,
+                stats,
+                deadline,
+            })
+        });
     let cell = ActorCell::new(core.clone(), id, actor, config, extras);
     let actor_ref = ActorRef::from_cell(cell.clone());
     if let Some(name) = options.name {
