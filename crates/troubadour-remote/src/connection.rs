@@ -91,13 +91,32 @@ const MAX_REASON: usize = 1024;
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// This node's TLS material, read from PEM: its certificate chain, its
-/// private key, and the cluster's CA certificate(s).
+/// private key, and the cluster's CA certificate(s). Clones share it: a
+/// [`reload_revocations`](Self::reload_revocations) through any of them
+/// applies to every connection made after it.
 #[derive(Clone)]
 pub struct TlsConfig {
+    material: Arc<Material>,
+    built: Arc<RwLock<Built>>,
+}
+
+/// What never changes: this node's chain and key, the cluster's CA.
+struct Material {
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<RootCertStore>,
+}
+
+/// The rustls configurations built from the material, the revocation lists
+/// of the moment and the way peers are identified.
+struct Built {
     client: Arc<ClientConfig>,
     server: Arc<ServerConfig>,
-    /// The dialler's check of the other side's chain and address.
-    server_verifier: Arc<WebPkiServerVerifier>,
+    /// The accepting side's check of a peer's chain and revocation, also
+    /// used to check live connections again when the lists change.
+    client_verifier: Arc<dyn rustls::server::danger::ClientCertVerifier>,
+    crls: Vec<CertificateRevocationListDer<'static>>,
+    by_node_name: bool,
 }
 
 impl fmt::Debug for TlsConfig {
@@ -133,8 +152,9 @@ impl TlsConfig {
     /// of the CA that issued them; a certificate whose issuer has no list
     /// here is refused (`UnknownRevocationStatus`), so a list must be given
     /// for every CA that issues node certificates. A list past its next
-    /// update is still used: publish a new one by building a new
-    /// configuration and restarting the remote layer with it.
+    /// update is still used; publish a new one with
+    /// [`Remote::reload_revocations`](crate::Remote::reload_revocations),
+    /// which also closes live connections to the nodes it revokes.
     ///
     /// ```
     /// # #[cfg(feature = "dev-certs")] {
@@ -161,19 +181,54 @@ impl TlsConfig {
         cluster_ca: &[u8],
         revocation_lists: &[u8],
     ) -> Result<TlsConfig, ConfigError> {
-        let crls = CertificateRevocationListDer::pem_slice_iter(revocation_lists)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| ConfigError::Pem {
-                what: "revocation list",
-                error: e.to_string(),
-            })?;
-        if crls.is_empty() {
-            return Err(ConfigError::Pem {
-                what: "revocation list",
-                error: "no X509 CRL section found".into(),
-            });
-        }
-        Self::build(cert_chain, key, cluster_ca, crls)
+        Self::build(cert_chain, key, cluster_ca, read_crls(revocation_lists)?)
+    }
+
+    /// Replaces the revocation lists (PEM `X509 CRL` sections, as for
+    /// [`from_pem_with_revocations`](Self::from_pem_with_revocations)) for
+    /// every handshake from now on, on every clone of this configuration.
+    /// Connections already up are not touched:
+    /// [`Remote::reload_revocations`](crate::Remote::reload_revocations)
+    /// also closes those whose peer the new lists revoke. On an error the
+    /// lists in use stay.
+    pub fn reload_revocations(&self, revocation_lists: &[u8]) -> Result<(), ConfigError> {
+        let crls = read_crls(revocation_lists)?;
+        let by_node_name = self.built().by_node_name;
+        let built = build_configs(&self.material, crls, by_node_name)?;
+        *self.built.write().unwrap_or_else(|p| p.into_inner()) = built;
+        Ok(())
+    }
+
+    /// Whether `chain` (a peer's, end entity first) passes the checks a
+    /// new connection's would now: `Err` with rustls's reason otherwise
+    /// (`CertificateError::Revoked` for a revoked one).
+    pub(crate) fn check_chain(
+        &self,
+        chain: &[CertificateDer<'static>],
+    ) -> Result<(), rustls::Error> {
+        let Some((end_entity, intermediates)) = chain.split_first() else {
+            return Err(rustls::Error::NoCertificatesPresented);
+        };
+        let verifier = self.built().client_verifier.clone();
+        verifier
+            .verify_client_cert(
+                end_entity,
+                intermediates,
+                rustls::pki_types::UnixTime::now(),
+            )
+            .map(|_| ())
+    }
+
+    fn built(&self) -> std::sync::RwLockReadGuard<'_, Built> {
+        self.built.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn client(&self) -> Arc<ClientConfig> {
+        self.built().client.clone()
+    }
+
+    fn server(&self) -> Arc<ServerConfig> {
+        self.built().server.clone()
     }
 
     fn build(
@@ -212,41 +267,15 @@ impl TlsConfig {
                 error: "no CERTIFICATE section found".into(),
             });
         }
-        let roots = Arc::new(roots);
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = |e: rustls::Error| ConfigError::Tls(e.to_string());
-
-        let mut clients =
-            WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone());
-        let mut servers = WebPkiServerVerifier::builder_with_provider(roots, provider.clone());
-        if !crls.is_empty() {
-            clients = clients
-                .with_crls(crls.clone())
-                .only_check_end_entity_revocation();
-            servers = servers.with_crls(crls).only_check_end_entity_revocation();
-        }
-        let verifier = clients
-            .build()
-            .map_err(|e| ConfigError::Tls(e.to_string()))?;
-        let server_verifier = servers
-            .build()
-            .map_err(|e| ConfigError::Tls(e.to_string()))?;
-        let server = ServerConfig::builder_with_provider(provider.clone())
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls)?
-            .with_client_cert_verifier(verifier)
-            .with_single_cert(chain.clone(), key.clone_key())
-            .map_err(tls)?;
-        let client = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(&[&rustls::version::TLS13])
-            .map_err(tls)?
-            .with_webpki_verifier(server_verifier.clone())
-            .with_client_auth_cert(chain, key)
-            .map_err(tls)?;
+        let material = Arc::new(Material {
+            chain,
+            key,
+            roots: Arc::new(roots),
+        });
+        let built = build_configs(&material, crls, false)?;
         Ok(TlsConfig {
-            client: Arc::new(client),
-            server: Arc::new(server),
-            server_verifier,
+            material,
+            built: Arc::new(RwLock::new(built)),
         })
     }
 
@@ -272,14 +301,86 @@ impl TlsConfig {
     /// # }
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn identify_peers_by_node_name(mut self) -> TlsConfig {
-        let mut client = (*self.client).clone();
-        client
-            .dangerous()
-            .set_certificate_verifier(Arc::new(ChainThenNodeName(self.server_verifier.clone())));
-        self.client = Arc::new(client);
+    pub fn identify_peers_by_node_name(self) -> TlsConfig {
+        {
+            let mut built = self.built.write().unwrap_or_else(|p| p.into_inner());
+            if let Ok(by_name) = build_configs(&self.material, built.crls.clone(), true) {
+                *built = by_name;
+            }
+        }
         self
     }
+}
+
+/// Reads PEM revocation lists: at least one.
+fn read_crls(pem: &[u8]) -> Result<Vec<CertificateRevocationListDer<'static>>, ConfigError> {
+    let crls = CertificateRevocationListDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| ConfigError::Pem {
+            what: "revocation list",
+            error: e.to_string(),
+        })?;
+    if crls.is_empty() {
+        return Err(ConfigError::Pem {
+            what: "revocation list",
+            error: "no X509 CRL section found".into(),
+        });
+    }
+    Ok(crls)
+}
+
+/// Both sides' rustls configurations: TLS 1.3 only, the `ring` provider,
+/// webpki's verifiers over the cluster's CA (and `crls`, for the node
+/// certificates only, when there are any).
+fn build_configs(
+    material: &Material,
+    crls: Vec<CertificateRevocationListDer<'static>>,
+    by_node_name: bool,
+) -> Result<Built, ConfigError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let tls = |e: rustls::Error| ConfigError::Tls(e.to_string());
+    let mut clients =
+        WebPkiClientVerifier::builder_with_provider(material.roots.clone(), provider.clone());
+    let mut servers =
+        WebPkiServerVerifier::builder_with_provider(material.roots.clone(), provider.clone());
+    if !crls.is_empty() {
+        clients = clients
+            .with_crls(crls.clone())
+            .only_check_end_entity_revocation();
+        servers = servers
+            .with_crls(crls.clone())
+            .only_check_end_entity_revocation();
+    }
+    let client_verifier = clients
+        .build()
+        .map_err(|e| ConfigError::Tls(e.to_string()))?;
+    let server_verifier = servers
+        .build()
+        .map_err(|e| ConfigError::Tls(e.to_string()))?;
+    let server = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls)?
+        .with_client_cert_verifier(client_verifier.clone())
+        .with_single_cert(material.chain.clone(), material.key.clone_key())
+        .map_err(tls)?;
+    let mut client = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(tls)?
+        .with_webpki_verifier(server_verifier.clone())
+        .with_client_auth_cert(material.chain.clone(), material.key.clone_key())
+        .map_err(tls)?;
+    if by_node_name {
+        client
+            .dangerous()
+            .set_certificate_verifier(Arc::new(ChainThenNodeName(server_verifier)));
+    }
+    Ok(Built {
+        client: Arc::new(client),
+        server: Arc::new(server),
+        client_verifier,
+        crls,
+        by_node_name,
+    })
 }
 
 /// The dialler's check with [`TlsConfig::identify_peers_by_node_name`]:
@@ -350,6 +451,9 @@ pub enum ConfigError {
     /// rustls refused the material (a key that does not match the
     /// certificate, a CA certificate or revocation list it cannot use).
     Tls(String),
+    /// The remote layer runs without TLS (plaintext on loopback): there
+    /// are no certificates to revoke.
+    NotTls,
 }
 
 impl fmt::Display for ConfigError {
@@ -361,6 +465,10 @@ impl fmt::Display for ConfigError {
             ConfigError::Tls(e) => write!(
                 f,
                 "rustls refused the TLS material: {e}; check that the key belongs to the certificate"
+            ),
+            ConfigError::NotTls => f.write_str(
+                "this remote layer runs in plaintext, so it has no certificates to revoke; \
+                 build it with Security::Tls to use revocation lists",
             ),
         }
     }
@@ -470,6 +578,14 @@ impl Endpoint {
         &self.down
     }
 
+    /// Its TLS configuration; `None` for plaintext.
+    pub fn tls(&self) -> Option<&TlsConfig> {
+        match &self.security {
+            Security::Tls(tls) => Some(tls),
+            Security::PlaintextLoopbackOnly => None,
+        }
+    }
+
     fn handshake(&self) -> Handshake {
         Handshake {
             cluster: self.cluster.clone(),
@@ -510,7 +626,7 @@ impl Endpoint {
             let _ = tcp.set_nodelay(true);
             let stream = match (&self.security, name) {
                 (Security::Tls(tls), Some(name)) => {
-                    let tls = TlsConnector::from(tls.client.clone())
+                    let tls = TlsConnector::from(tls.client())
                         .connect(name, tcp)
                         .await
                         .map_err(classify)?;
@@ -736,7 +852,7 @@ impl Incoming {
             .timed(async {
                 let stream = match &endpoint.security {
                     Security::Tls(tls) => {
-                        let tls = TlsAcceptor::from(tls.server.clone())
+                        let tls = TlsAcceptor::from(tls.server())
                             .accept(tcp)
                             .await
                             .map_err(classify)?;
@@ -816,6 +932,20 @@ impl Stream {
         let cert = webpki::EndEntityCert::try_from(&cert).map_err(|_| refused())?;
         cert.verify_is_valid_for_subject_name(&name)
             .map_err(|_| refused())
+    }
+
+    /// The peer's certificate chain, end entity first; empty on a
+    /// plaintext stream.
+    pub(crate) fn peer_chain(&self) -> Vec<CertificateDer<'static>> {
+        match self {
+            Stream::Tls(tls) => {
+                let (_, conn) = tls.get_ref();
+                conn.peer_certificates()
+                    .map(|chain| chain.iter().map(|c| c.clone().into_owned()).collect())
+                    .unwrap_or_default()
+            }
+            Stream::Plain(_) => Vec::new(),
+        }
     }
 
     fn peer_certificate(&self) -> Option<CertificateDer<'static>> {

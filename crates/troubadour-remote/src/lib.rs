@@ -68,7 +68,7 @@ mod trace_context;
 mod wire;
 
 pub use channel::{ChannelError, ControlChannel};
-pub use connection::{Security, TlsConfig};
+pub use connection::{ConfigError, Security, TlsConfig};
 pub use messages::{Accepts, RemoteActor, RemoteMessage};
 /// The core's [`Message`](trait@Message) trait, and with the feature
 /// `macros` (on by default) its derive, so that a crate that uses only

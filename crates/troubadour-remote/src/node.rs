@@ -13,7 +13,7 @@ use troubadour::remote::{proxy, RefTarget, Resolved, WireRef};
 use troubadour::{ActorRef, NodeId, SystemHandle};
 
 use crate::codec::DEFAULT_MAX_DEPTH;
-use crate::connection::{ConnectError, Connection, Endpoint, Listener, Security};
+use crate::connection::{ConfigError, ConnectError, Connection, Endpoint, Listener, Security};
 use crate::frame::Limits;
 use crate::link::NodeLink;
 use crate::messages::{export_actor, Encoders, Export, ExportActorFn, RemoteActor, RemoteMessage};
@@ -773,6 +773,43 @@ impl Remote {
     /// The refusal and loss counters.
     pub fn stats(&self) -> &RemoteStats {
         &self.shared.stats
+    }
+
+    /// Publishes new certificate revocation lists (PEM `X509 CRL`
+    /// sections, replacing those in use) without a restart: every
+    /// handshake from now on checks them, in both directions, and every
+    /// live connection whose peer they revoke is closed at once (what
+    /// waited on it ends as for any lost connection: asks with
+    /// `ConnectionLost`, monitors and links with `NoConnection`). Returns
+    /// how many connections were closed. The revoked node's reconnects are
+    /// refused from then on; the lists of the other nodes of the cluster
+    /// must be reloaded too for them to refuse it.
+    ///
+    /// ```no_run
+    /// # async fn example(remote: troubadour_remote::Remote) -> Result<(), Box<dyn std::error::Error>> {
+    /// let crl = std::fs::read("/etc/cluster/revoked.pem")?;
+    /// let closed = remote.reload_revocations(&crl)?;
+    /// println!("{closed} connections to revoked nodes closed");
+    /// # Ok(()) }
+    /// ```
+    pub fn reload_revocations(&self, revocation_lists: &[u8]) -> Result<usize, ConfigError> {
+        let tls = self.shared.endpoint.tls().ok_or(ConfigError::NotTls)?;
+        tls.reload_revocations(revocation_lists)?;
+        let peers: Vec<Arc<Peer>> = lock(&self.shared.peers).all.clone();
+        let mut closed = 0;
+        for peer in peers {
+            let chain = peer.certificates();
+            if chain.is_empty() || peer.is_lost() {
+                continue;
+            }
+            if let Err(rustls::Error::InvalidCertificate(rustls::CertificateError::Revoked)) =
+                tls.check_chain(&chain)
+            {
+                peer.lose_for("the peer's certificate was revoked".into());
+                closed += 1;
+            }
+        }
+        Ok(closed)
     }
 
     /// The other nodes this one knows: their connection's state, and the

@@ -86,6 +86,9 @@ pub(crate) struct Peer {
     pub(crate) node: NodeId,
     pub(crate) link: Arc<NodeLink>,
     tls: AtomicBool,
+    /// The peer's certificate chain (end entity first) on a TLS
+    /// connection, checked again when the revocation lists change.
+    certificates: Mutex<Vec<rustls::pki_types::CertificateDer<'static>>>,
     /// It has a connection under it (see `established`).
     running: AtomicBool,
     pub(crate) shared: Arc<Shared>,
@@ -134,6 +137,7 @@ impl Peer {
             node: link.node.clone(),
             link,
             tls: AtomicBool::new(false),
+            certificates: Mutex::new(Vec::new()),
             running: AtomicBool::new(false),
             shared: shared.clone(),
             out: Mutex::new(Outbound {
@@ -177,6 +181,7 @@ impl Peer {
         self.link.traffic.received.add(early, 0);
         self.tls
             .store(matches!(stream, Stream::Tls(_)), Ordering::Release);
+        *lock(&self.certificates) = stream.peer_chain();
         self.established();
         self.queue_control(&Control::Hello {
             listen: self.shared.advertised_addr.map(|a| a.to_string()),
@@ -253,6 +258,12 @@ impl Peer {
         self.running.load(Ordering::Acquire)
     }
 
+    /// The peer's certificate chain, end entity first (empty on a
+    /// plaintext or simulated connection).
+    pub(crate) fn certificates(&self) -> Vec<rustls::pki_types::CertificateDer<'static>> {
+        lock(&self.certificates).clone()
+    }
+
     /// Whether the connection is encrypted (mutual TLS).
     pub(crate) fn is_tls(&self) -> bool {
         self.tls.load(Ordering::Acquire)
@@ -268,8 +279,8 @@ impl Peer {
         self.lose("closed by this node".into());
     }
 
-    /// Loses the connection for `reason` (the simulation's entry).
-    #[cfg_attr(not(feature = "simulation"), allow(dead_code))]
+    /// Loses the connection for `reason` (a revoked peer, the
+    /// simulation).
     pub(crate) fn lose_for(&self, reason: String) {
         self.lose(reason);
     }

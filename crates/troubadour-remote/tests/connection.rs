@@ -238,6 +238,53 @@ async fn a_revoked_certificate_is_refused_by_both_sides() {
     guard(accepted).await.unwrap().unwrap();
 }
 
+/// Revocation lists reloaded into a configuration an endpoint already
+/// holds apply to its next handshakes (clones share them); lists that do
+/// not parse leave those in use.
+#[tokio::test]
+async fn reloaded_revocation_lists_apply_to_the_next_handshakes() {
+    let ca = Ca::new("cluster CA");
+    let b = endpoint(CLUSTER, "b", 1, ca.tls("b", &ca));
+    let tls = ca.tls("a", &ca);
+    let a = endpoint(CLUSTER, "a", 1, tls.clone());
+    let (addr, accepted) = serve_one(&a).await;
+    guard(b.connect(addr, "localhost")).await.unwrap();
+    guard(accepted).await.unwrap().unwrap();
+
+    tls.reload_revocations(ca.revocation_list(&["b"]).as_bytes())
+        .unwrap();
+    let refused = |err: &ConnectError| {
+        matches!(
+            err,
+            ConnectError::PeerCertificateRefused {
+                reason: CertificateError::Revoked
+            }
+        )
+    };
+    let (addr, accepted) = serve_one(&a).await;
+    let _ = guard(b.connect(addr, "localhost")).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(refused(&err), "{err}");
+    // And when `a` dials.
+    let (addr, _accepted) = serve_one(&b).await;
+    let err = guard(a.connect(addr, "localhost")).await.unwrap_err();
+    assert!(refused(&err), "{err}");
+
+    let err = tls.reload_revocations(b"no list here").unwrap_err();
+    assert!(err.to_string().contains("revocation list"), "{err}");
+    let (addr, accepted) = serve_one(&a).await;
+    let _ = guard(b.connect(addr, "localhost")).await;
+    let err = guard(accepted).await.unwrap().unwrap_err();
+    assert!(refused(&err), "the lists in use stay: {err}");
+
+    // A list revoking nobody lets `b` in again.
+    tls.reload_revocations(ca.revocation_list(&[]).as_bytes())
+        .unwrap();
+    let (addr, accepted) = serve_one(&a).await;
+    guard(b.connect(addr, "localhost")).await.unwrap();
+    guard(accepted).await.unwrap().unwrap();
+}
+
 /// A revocation list that is not from the CA that issued a peer's
 /// certificate says nothing about it: the peer is refused, not waved
 /// through.

@@ -18,8 +18,8 @@ use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour::NodeId;
 use troubadour_remote::{
-    Accepts, ChannelError, ControlChannel, LookupError, PeerState, PeerStatus, Remote, RemoteActor,
-    RemoteError, RemoteMessage, RemoteStats, Security,
+    Accepts, ChannelError, ConfigError, ControlChannel, LookupError, PeerState, PeerStatus, Remote,
+    RemoteActor, RemoteError, RemoteMessage, RemoteStats, Security,
 };
 
 const GUARD: Duration = Duration::from_secs(30);
@@ -546,6 +546,61 @@ fn tell_and_ask_reach_a_remote_actor_through_an_ordinary_actor_ref() {
     let r: Recipient<Add> = store.recipient();
     r.tell(Add(3)).unwrap();
     assert_eq!(store.ask(Get).timeout(GUARD).wait().unwrap(), [1, 2, 3]);
+}
+
+/// A node's certificate revoked while it is connected (its key leaked):
+/// reloading the lists closes its connections at once and it cannot
+/// connect again, without a restart; a node the lists do not name goes
+/// on undisturbed.
+#[test]
+fn reloading_revocation_lists_closes_connections_to_revoked_nodes_at_once() {
+    let ca = Ca::new("test CA");
+    let alpha = node("alpha", &ca, |b| b);
+    let beta = node("beta", &ca, |b| b);
+    let gamma = node("gamma", &ca, |b| b);
+    let (_, on_beta) = store_on_beta(&alpha, &beta);
+    on_beta.tell(Add(1)).unwrap();
+    assert_eq!(on_beta.ask(Get).timeout(GUARD).wait().unwrap(), [1]);
+    let local = alpha.system.spawn(Store::default()).unwrap();
+    alpha.remote.expose("store", &local).unwrap();
+    let from_gamma = gamma
+        .system
+        .block_on(gamma.remote.lookup::<Store>(alpha.addr(), "store"))
+        .unwrap();
+    from_gamma.tell(Add(2)).unwrap();
+    assert_eq!(from_gamma.ask(Get).timeout(GUARD).wait().unwrap(), [2]);
+    let (_watcher, downs) = watching(&alpha, &on_beta);
+
+    let closed = alpha
+        .remote
+        .reload_revocations(ca.revocation_list(&["beta"]).as_bytes())
+        .unwrap();
+    assert_eq!(closed, 1, "the one connection to beta");
+    let down = downs
+        .recv_timeout(GUARD)
+        .expect("the monitor of beta's actor fired");
+    assert_eq!(down, format!("down: {}", ExitReason::NoConnection));
+    // Beta is refused from now on, whichever side dials.
+    assert!(on_beta
+        .ask(Get)
+        .timeout(Duration::from_secs(3))
+        .wait()
+        .is_err());
+    let peers = alpha.remote.peers();
+    let beta_status = peers.iter().find(|p| p.node == "beta").unwrap();
+    assert_ne!(beta_status.state, PeerState::Connected, "{beta_status:?}");
+    // Gamma goes on.
+    from_gamma.tell(Add(3)).unwrap();
+    assert_eq!(from_gamma.ask(Get).timeout(GUARD).wait().unwrap(), [2, 3]);
+    // Plaintext has nothing to revoke.
+    let plain = ActorSystem::builder().name("plain").build();
+    let plain = plain
+        .block_on(builder(Security::PlaintextLoopbackOnly).start(&plain))
+        .unwrap();
+    assert!(matches!(
+        plain.reload_revocations(ca.revocation_list(&[]).as_bytes()),
+        Err(ConfigError::NotTls)
+    ));
 }
 
 #[test]
