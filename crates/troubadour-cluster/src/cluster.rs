@@ -72,6 +72,9 @@ pub struct ClusterBuilder {
     before_handoff: Option<BeforeHandoff>,
     best_effort: Option<Arc<BestEffortPlacement>>,
     errors: Vec<String>,
+    /// Each group message type, with the check that the node's remote
+    /// layer can send it.
+    group_messages: Vec<(&'static str, SendableBy)>,
 }
 
 impl ClusterBuilder {
@@ -129,11 +132,14 @@ impl ClusterBuilder {
     /// Register every group message type on every node, here and on the
     /// node's `RemoteBuilder` (`register::<M>()`): members travel as
     /// `Recipient<M>`s, which the remote layer sends only for registered
-    /// messages (a join it cannot send is logged with that reason).
+    /// messages; [`start`](Self::start) fails with
+    /// [`ClusterError::GroupMessage`] when the remote layer lacks one.
     pub fn group<M: RemoteMessage>(mut self) -> Self {
         if let Err(e) = register_group_message::<M>() {
             self.errors.push(e);
         }
+        self.group_messages
+            .push((M::NAME, |remote: &Remote| remote.is_registered::<M>()));
         self
     }
 
@@ -319,6 +325,9 @@ impl ClusterBuilder {
         if let Some(e) = self.errors.into_iter().next() {
             return Err(ClusterError::Entity(e));
         }
+        if let Some((name, _)) = self.group_messages.iter().find(|(_, ok)| !ok(remote)) {
+            return Err(ClusterError::GroupMessage(name));
+        }
         let lease =
             LocalLease::new(self.lease_ttl, self.lease_margin).map_err(ClusterError::Lease)?;
         let membership =
@@ -376,6 +385,9 @@ impl ClusterBuilder {
     }
 }
 
+/// Whether a node's remote layer can send a group message type.
+type SendableBy = fn(&Remote) -> bool;
+
 /// Why a node could not start its part of the cluster.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -395,6 +407,9 @@ pub enum ClusterError {
     Remote(RemoteError),
     /// The region could not be spawned (the system is shutting down).
     Spawn(String),
+    /// A group message type (named) is not registered with the node's
+    /// remote layer, so no member could reach another node.
+    GroupMessage(&'static str),
 }
 
 impl fmt::Display for ClusterError {
@@ -409,6 +424,12 @@ impl fmt::Display for ClusterError {
                 "the cluster's region could not be exposed ({e}): build the node's Remote with troubadour_cluster::with_cluster"
             ),
             ClusterError::Spawn(e) => write!(f, "the cluster's region could not start: {e}"),
+            ClusterError::GroupMessage(name) => write!(
+                f,
+                "the group message {name:?} is not registered with this node's remote layer, \
+                 so its group members could not be sent to other nodes: add \
+                 .register::<M>() for it to the node's RemoteBuilder"
+            ),
         }
     }
 }
@@ -448,6 +469,7 @@ impl Cluster {
             before_handoff: None,
             best_effort: None,
             errors: Vec::new(),
+            group_messages: Vec::new(),
         }
     }
 

@@ -163,6 +163,17 @@ enum Op {
     Reset = 0,
     Join = 1,
     Leave = 2,
+    /// As `Reset`, and send your full state back: the sender (re)started
+    /// following the receiver (it saw it come up, perhaps again after a
+    /// wrong `down` that made it drop the receiver's members), and the
+    /// receiver may not know that it must send it everything again.
+    ResetAndAsk = 3,
+}
+
+impl Op {
+    fn is_reset(self) -> bool {
+        matches!(self, Op::Reset | Op::ResetAndAsk)
+    }
 }
 
 /// One change of a node's memberships, sent to every other node's groups
@@ -198,7 +209,7 @@ impl Serialize for GroupUpdate {
         t.serialize_element(&self.from)?;
         t.serialize_element(&self.incarnation)?;
         t.serialize_element(&(self.op as u8))?;
-        if self.op != Op::Reset {
+        if !self.op.is_reset() {
             let (Some(codec), Some(members)) = (self.codec, &self.members) else {
                 return Err(serde::ser::Error::custom("a join or leave without members"));
             };
@@ -236,9 +247,10 @@ impl<'de> Deserialize<'de> for GroupUpdate {
                     0 => Op::Reset,
                     1 => Op::Join,
                     2 => Op::Leave,
+                    3 => Op::ResetAndAsk,
                     n => return Err(de::Error::custom(format!("unknown group operation {n}"))),
                 };
-                if op == Op::Reset {
+                if op.is_reset() {
                     return Ok(GroupUpdate {
                         from,
                         incarnation,
@@ -300,6 +312,10 @@ pub(crate) struct Groups {
     remote: BTreeMap<GroupKey, BTreeMap<NodeKey, Box<dyn MemberList>>>,
     /// The groups each local member is in, for when it stops.
     watched: HashMap<ActorId, Vec<GroupKey>>,
+    /// The other nodes' groups actors this one monitors: a lost
+    /// connection may have lost updates in flight (its node is not down
+    /// for that), so the two start over with their full states.
+    followed: HashMap<ActorId, NodeKey>,
     tasks: Tasks<Event>,
 }
 
@@ -314,6 +330,7 @@ impl Groups {
             local: BTreeMap::new(),
             remote: BTreeMap::new(),
             watched: HashMap::new(),
+            followed: HashMap::new(),
             tasks: Tasks::default(),
         }
     }
@@ -329,10 +346,11 @@ impl Groups {
         }
     }
 
-    /// Everything a node that just came up needs: a reset, then every
-    /// local membership.
-    fn full_state(&self) -> VecDeque<GroupUpdate> {
-        let mut updates = VecDeque::from([self.update(Op::Reset, &(String::new(), ""), None)]);
+    /// Everything a node that just came up needs: a reset (asking for its
+    /// own state back when `ask`), then every local membership.
+    fn full_state(&self, ask: bool) -> VecDeque<GroupUpdate> {
+        let reset = if ask { Op::ResetAndAsk } else { Op::Reset };
+        let mut updates = VecDeque::from([self.update(reset, &(String::new(), ""), None)]);
         for (key, list) in &self.local {
             if list.len() > 0 {
                 updates.push_back(self.update(Op::Join, key, Some(list.clone_list())));
@@ -364,7 +382,7 @@ impl Groups {
 
     fn resolve(&mut self, key: NodeKey, node: NodeId, ctx: &mut Context<Self>) {
         self.peers
-            .insert(key.clone(), Peer::Resolving(self.full_state()));
+            .insert(key.clone(), Peer::Resolving(self.full_state(true)));
         let lookup = self.lookup.clone();
         let task: Task<Event> = Box::pin(async move {
             let found = lookup.lookup::<Groups>(&node, GROUPS).await;
@@ -377,13 +395,23 @@ impl Groups {
 
     fn on_event(&mut self, event: Event, ctx: &mut Context<Self>) {
         let Event::Found(key, found) = event;
+        // Only the lookup awaited: an earlier one that comes back late (two
+        // were started, a retry and a node seen up again) must not take the
+        // place of the peer found since.
+        if !matches!(self.peers.get(&key), Some(Peer::Resolving(_))) {
+            return;
+        }
         let Some(Peer::Resolving(queue)) = self.peers.remove(&key) else {
             return;
         };
         match found {
             Ok(groups) => {
+                ctx.monitor(&groups);
+                self.followed.insert(groups.id(), key.clone());
                 for update in queue {
-                    let _ = groups.tell(update);
+                    if let Err(e) = groups.tell(update) {
+                        tracing::warn!(target: "troubadour::cluster", node = %key.name, error = %e, "a group update was not sent");
+                    }
                 }
                 self.peers.insert(key, Peer::Ready(groups));
             }
@@ -391,7 +419,7 @@ impl Groups {
                 // Still a member: try again, with the state as it is then.
                 if self.members.contains_key(&key) {
                     tracing::debug!(target: "troubadour::cluster", node = %key.name, error = %e, "groups of a node not reached yet");
-                    ctx.send_after(Duration::from_millis(500), Retry(key));
+                    ctx.send_after(RETRY, Retry(key));
                 }
             }
         }
@@ -428,6 +456,9 @@ impl Groups {
 
 impl Actor for Groups {}
 
+/// How long before another node's groups actor is looked up again.
+const RETRY: Duration = Duration::from_millis(500);
+
 /// Look the node's groups actor up again.
 #[derive(Clone)]
 struct Retry(NodeKey);
@@ -461,6 +492,9 @@ impl Handler<MemberEvent> for Groups {
                 if node == self.me || self.members.contains_key(&key) {
                     return;
                 }
+                // Back after a wrong `down` (a partition), under the same
+                // incarnation: what it sends from now on counts again.
+                self.gone.remove(&key);
                 self.members.insert(key.clone(), node.clone());
                 self.resolve(key, node, ctx);
             }
@@ -495,6 +529,20 @@ impl Handler<GroupUpdate> for Groups {
                 by_node.remove(&from);
                 !by_node.is_empty()
             }),
+            (Op::ResetAndAsk, _, _) => {
+                self.remote.retain(|_, by_node| {
+                    by_node.remove(&from);
+                    !by_node.is_empty()
+                });
+                // Ready: send everything again, behind what went before.
+                // Resolving: the state it will get is taken then. Not
+                // known yet: it is sent when the node is seen up.
+                if matches!(self.peers.get(&from), Some(Peer::Ready(_))) {
+                    for update in self.full_state(false) {
+                        self.send(&from, update);
+                    }
+                }
+            }
             (Op::Join, Some(codec), Some(members)) => {
                 let lists = self.remote.entry((u.group, codec.name)).or_default();
                 match lists.get_mut(&from) {
@@ -524,7 +572,19 @@ impl Handler<GroupUpdate> for Groups {
 }
 
 impl Handler<Down> for Groups {
-    fn handle(&mut self, down: Down, _: &mut Context<Self>) {
+    fn handle(&mut self, down: Down, ctx: &mut Context<Self>) {
+        if let Some(key) = self.followed.remove(&down.id) {
+            // The connection to that node was lost (or its groups actor
+            // stopped): look it up again while it is a member, which
+            // exchanges full states.
+            if matches!(self.peers.get(&key), Some(Peer::Ready(g)) if g.id() == down.id) {
+                self.peers.remove(&key);
+            }
+            if self.members.contains_key(&key) {
+                ctx.send_after(RETRY, Retry(key));
+            }
+            return;
+        }
         for key in self.watched.remove(&down.id).unwrap_or_default() {
             self.remove_local(down.id, &key, true);
         }

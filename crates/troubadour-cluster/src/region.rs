@@ -1537,6 +1537,11 @@ impl Region {
         found: Result<ActorRef<Region>, LookupError>,
         ctx: &mut Context<Self>,
     ) {
+        // Only the lookup awaited: one that comes back after another found
+        // the region must not remove what that one made ready.
+        if !matches!(self.peers.get(&key), Some(Peer::Resolving(_))) {
+            return;
+        }
         let Some(Peer::Resolving(queue)) = self.peers.remove(&key) else {
             return;
         };

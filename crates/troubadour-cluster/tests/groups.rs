@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour_cluster::{Cluster, GroupError, MemoryLeaseStore};
+use troubadour_cluster::{Cluster, ClusterError, GroupError, MemoryLeaseStore};
 use troubadour_remote::dev_certs::DevCa;
 use troubadour_remote::{Remote, RemoteMessage};
 
@@ -178,4 +178,25 @@ fn members_of_a_node_that_goes_down_are_removed_and_a_late_node_learns_the_rest(
         c.cluster.group::<Said>("room").join(&on_a),
         Err(GroupError::NotLocal)
     );
+}
+
+/// A group message the node's remote layer was not told about: no member
+/// could ever reach another node, so the node does not start, and says
+/// what to add.
+#[test]
+fn a_group_message_the_remote_layer_does_not_know_fails_the_start() {
+    let ca = DevCa::new("groups test CA").unwrap();
+    let system = ActorSystem::builder().name("forgetful").build();
+    let remote = tls_remote(&system, &ca, "groups-test", "forgetful", |b| b);
+    let starting = Cluster::builder(Arc::new(MemoryLeaseStore::new()))
+        .group::<Said>()
+        .start(&system, &remote);
+    match system.block_on(starting) {
+        Err(e @ ClusterError::GroupMessage(name)) => {
+            assert_eq!(name, Said::NAME);
+            assert!(e.to_string().contains(".register::<M>()"), "{e}");
+        }
+        Err(other) => panic!("expected GroupMessage, got {other}"),
+        Ok(_) => panic!("the node started with a group message it cannot send"),
+    }
 }

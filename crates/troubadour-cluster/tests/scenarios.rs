@@ -15,7 +15,11 @@
 //! * the lease store never had two valid epochs of one shard at one
 //!   instant, replayed from its history;
 //! * every ask ends, with its answer or an error that says the outcome is
-//!   unknown (time-out, connection lost), never another.
+//!   unknown (time-out, connection lost), never another;
+//! * the cluster's singleton (counted in the same census) runs exactly
+//!   once once healed, and answers;
+//! * the group every node joins a member to converges, once healed, on one
+//!   member per running node, and a broadcast reaches each once.
 
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +68,40 @@ impl RemoteMessage for Get {
     const NAME: &'static str = "scenario.Get";
 }
 
+/// Told to every member of the group each node joins one actor to.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Said(u64);
+impl Message for Said {
+    type Reply = ();
+}
+impl RemoteMessage for Said {
+    const NAME: &'static str = "scenario.Said";
+}
+
+/// The group every node joins one [`Hearer`] to.
+const GROUP: &str = "scenario.everyone";
+
+/// A node's member of [`GROUP`]: notes what it hears, under its node.
+struct Hearer(Shared);
+impl Actor for Hearer {}
+impl Handler<Said> for Hearer {
+    fn handle(&mut self, Said(n): Said, ctx: &mut Context<Self>) {
+        let node = ctx.system().node();
+        let key = format!("{}#{:x}", node.name(), node.incarnation());
+        self.0.lock().unwrap().heard.entry(key).or_default().push(n);
+    }
+}
+
+/// Asks the cluster's singleton where it runs.
+#[derive(Debug, Serialize, Deserialize)]
+struct WhereAreYou;
+impl Message for WhereAreYou {
+    type Reply = String;
+}
+impl RemoteMessage for WhereAreYou {
+    const NAME: &'static str = "scenario.WhereAreYou";
+}
+
 /// Keeps the counter busy for a while (awaiting, so what is sent meanwhile
 /// queues in its mailbox).
 #[derive(Debug, Serialize, Deserialize)]
@@ -101,6 +139,8 @@ struct World {
     /// Every activation of each id: when it started, and when it last
     /// began to handle a message (virtual time).
     activations: HashMap<String, Vec<Activation>>,
+    /// What each node's group member heard, by node and incarnation.
+    heard: HashMap<String, Vec<u64>>,
 }
 
 #[derive(Clone, Copy)]
@@ -195,6 +235,54 @@ impl Handler<Seq> for Counter {
     }
 }
 
+/// The cluster singleton every scenario also runs: counted in the same
+/// census as the counters (under its kind's name), so every checker of
+/// single activation covers it too, through every failover.
+struct Beacon {
+    world: Shared,
+    activation: usize,
+}
+
+impl Actor for Beacon {
+    fn started(&mut self, ctx: &mut Context<Self>) {
+        let mut w = self.world.lock().unwrap();
+        let all = w.activations.entry(Beacon::KIND.into()).or_default();
+        self.activation = all.len();
+        all.push(Activation {
+            started: ctx.now(),
+            last_handled: None,
+        });
+        let now = {
+            let n = w.alive.entry(Beacon::KIND.into()).or_default();
+            *n += 1;
+            *n
+        };
+        let most = w.most_alive.entry(Beacon::KIND.into()).or_default();
+        *most = (*most).max(now);
+    }
+    fn stopped(&mut self, _: &mut Context<Self>) {
+        let mut w = self.world.lock().unwrap();
+        *w.alive.get_mut(Beacon::KIND).unwrap() -= 1;
+    }
+}
+
+impl Handler<WhereAreYou> for Beacon {
+    fn handle(&mut self, _: WhereAreYou, ctx: &mut Context<Self>) -> String {
+        self.world
+            .lock()
+            .unwrap()
+            .handling(Beacon::KIND, self.activation, ctx.now());
+        ctx.system().node().name().to_string()
+    }
+}
+
+impl Entity for Beacon {
+    const KIND: &'static str = "scenario.beacon";
+    fn messages(m: &mut EntityMessages<Self>) {
+        m.handle::<WhereAreYou>();
+    }
+}
+
 impl Entity for Counter {
     const KIND: &'static str = "scenario.counter";
     fn messages(m: &mut EntityMessages<Self>) {
@@ -228,6 +316,12 @@ struct Scenario {
 
 /// Starts the cluster on node `i`; `generation` counts its restarts, so
 /// each incarnation draws its own membership randomness.
+/// Each node's remote layer: a cluster's, and the group's message
+/// (members travel as `Recipient<Said>`s).
+fn configure(b: troubadour_remote::RemoteBuilder) -> troubadour_remote::RemoteBuilder {
+    with_cluster(b).register::<Said>()
+}
+
 fn start_node(
     net: &mut SimNetwork,
     i: NodeIndex,
@@ -243,14 +337,28 @@ fn start_node(
             MembershipConfig::expected_size(NODES as u32)
                 .seed(net.seed() * 31 + i as u64 + 1000 * generation),
         )
-        .entity::<Counter>(move |id| Counter {
-            id: id.to_string(),
-            total: 0,
-            world: world.clone(),
-            activation: 0,
-        });
+        .entity::<Counter>({
+            let world = world.clone();
+            move |id| Counter {
+                id: id.to_string(),
+                total: 0,
+                world: world.clone(),
+                activation: 0,
+            }
+        })
+        .singleton::<Beacon>({
+            let world = world.clone();
+            move || Beacon {
+                world: world.clone(),
+                activation: 0,
+            }
+        })
+        .group::<Said>();
     let starting = builder.start(net.system(i), net.remote(i));
-    net.block_on(starting).unwrap()
+    let cluster = net.block_on(starting).unwrap();
+    let hearer = net.system(i).spawn(Hearer(world)).unwrap();
+    cluster.group::<Said>(GROUP).join(&hearer).unwrap();
+    cluster
 }
 
 impl Scenario {
@@ -261,7 +369,7 @@ impl Scenario {
         let mut clusters = Vec::new();
         let mut store_cut = Vec::new();
         for i in 0..n {
-            net.node(&format!("n{i}"), with_cluster);
+            net.node(&format!("n{i}"), configure);
             let (link, cut) = StoreLink::new(&store);
             clusters.push(Some(start_node(net, i, 0, link, &world)));
             store_cut.push(cut);
@@ -287,7 +395,7 @@ impl Scenario {
 
     /// A new node joins through node 0.
     fn add_node(&mut self, net: &mut SimNetwork) -> NodeIndex {
-        let i = net.node(&format!("n{}", self.clusters.len()), with_cluster);
+        let i = net.node(&format!("n{}", self.clusters.len()), configure);
         let (link, cut) = StoreLink::new(&self.store);
         let cluster = start_node(net, i, 0, link, &self.world);
         cluster.membership().join([net.system(0).node()]);
@@ -309,7 +417,7 @@ impl Scenario {
     /// Stopped node `i` starts again (a new incarnation) and joins through
     /// node `via`.
     fn restart(&mut self, net: &mut SimNetwork, i: NodeIndex, via: NodeIndex) {
-        net.restart(i, with_cluster);
+        net.restart(i, configure);
         let (link, cut) = StoreLink::new(&self.store);
         let cluster = start_node(net, i, self.starts[i], link, &self.world);
         self.starts[i] += 1;
@@ -379,6 +487,16 @@ impl Scenario {
         if got.iter().any(Result::is_err) {
             eprintln!("{}", self.statuses(net));
         }
+        // The singleton runs again, once, wherever its shard is now.
+        let beacon = self.cluster(from).singleton::<Beacon>();
+        let at = net.block_on(beacon.ask(WhereAreYou).timeout(30 * S));
+        assert!(
+            at.is_ok(),
+            "the singleton did not answer once healed: {at:?}"
+        );
+        let alive = self.world.lock().unwrap().alive[Beacon::KIND];
+        assert_eq!(alive, 1, "the singleton runs {alive} times once healed");
+        self.check_group(net);
         let mut wrong = Vec::new();
         for (id, got) in ids.iter().zip(got) {
             let total = got.unwrap_or_else(|e| panic!("{id} did not answer once healed: {e}"));
@@ -464,6 +582,57 @@ impl Scenario {
         let w = self.world.lock().unwrap();
         let twice: Vec<_> = w.most_alive.iter().filter(|(_, &n)| n > 1).collect();
         assert!(twice.is_empty(), "active on two nodes at once: {twice:?}");
+    }
+
+    /// Once healed, every node's group replica converges on one member per
+    /// running node (those of crashed incarnations gone, restarted ones
+    /// back) within a minute, and a broadcast reaches each of them once.
+    fn check_group(&mut self, net: &mut SimNetwork) {
+        let running = self.running();
+        let mut seen = Vec::new();
+        for _ in 0..60 {
+            seen = running
+                .iter()
+                .map(|&i| {
+                    let group = self.cluster(i).group::<Said>(GROUP);
+                    net.block_on(group.members()).map(|m| {
+                        let mut nodes: Vec<String> =
+                            m.iter().map(|r| r.id().node().name().to_string()).collect();
+                        nodes.sort();
+                        nodes
+                    })
+                })
+                .collect();
+            if seen
+                .iter()
+                .all(|m| m.as_ref().is_ok_and(|m| m.len() == running.len()))
+            {
+                break;
+            }
+            net.run_for(S);
+        }
+        assert!(
+            seen.iter()
+                .all(|m| m.as_ref().is_ok_and(|m| m.len() == running.len())),
+            "group members as nodes {running:?} see them, a minute after healing ({}): {seen:?}",
+            self.phase
+        );
+        let stamp = self.rng.next();
+        self.cluster(running[0])
+            .group::<Said>(GROUP)
+            .broadcast(Said(stamp))
+            .unwrap();
+        net.run_for(S);
+        let w = self.world.lock().unwrap();
+        for &i in &running {
+            let node = net.system(i).node();
+            let key = format!("{}#{:x}", node.name(), node.incarnation());
+            let times = w
+                .heard
+                .get(&key)
+                .map_or(0, |h| h.iter().filter(|n| **n == stamp).count());
+            assert_eq!(times, 1, "n{i}'s member heard the broadcast {times} times");
+        }
     }
 
     /// No activation of an id begins a handler after a later activation

@@ -812,6 +812,16 @@ impl Remote {
         Ok(closed)
     }
 
+    /// Whether `M` was registered with this remote layer
+    /// ([`RemoteBuilder::register`]): only then can an `M`, or a
+    /// `Recipient<M>`, be sent to another node.
+    pub fn is_registered<M: RemoteMessage>(&self) -> bool {
+        self.shared
+            .encoders
+            .get(std::any::TypeId::of::<M>())
+            .is_some()
+    }
+
     /// The other nodes this one knows: their connection's state, and the
     /// bytes and frames that crossed it.
     pub fn peers(&self) -> Vec<PeerStatus> {
