@@ -42,6 +42,27 @@ fn cluster(net: &mut SimNetwork, n: usize) -> Vec<Membership> {
     members
 }
 
+/// `n` nodes whose remote layers are configured as a cluster's (a node
+/// is declared down only when replaced, so partitions of any length
+/// heal), each with membership, not joined yet.
+fn as_a_cluster(net: &mut SimNetwork, n: usize) -> Vec<Membership> {
+    (0..n)
+        .map(|i| {
+            let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
+            start(net, node)
+        })
+        .collect()
+}
+
+/// As [`as_a_cluster`], every node joined through node 0.
+fn joined_as_a_cluster(net: &mut SimNetwork, n: usize) -> Vec<Membership> {
+    let members = as_a_cluster(net, n);
+    for m in &members[1..] {
+        m.join([net.system(0).node()]);
+    }
+    members
+}
+
 fn names(nodes: &[NodeId]) -> Vec<String> {
     nodes.iter().map(|n| n.name().to_string()).collect()
 }
@@ -106,15 +127,7 @@ fn a_node_cut_off_is_declared_down_within_seconds_and_rejoins_after_the_heal() {
 #[test]
 fn a_split_of_minutes_heals_within_seconds_of_the_network() {
     simulate_network(seeds(20), |net| {
-        let members: Vec<Membership> = (0..5)
-            .map(|i| {
-                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
-                start(net, node)
-            })
-            .collect();
-        for m in &members[1..] {
-            m.join([net.system(0).node()]);
-        }
+        let members = joined_as_a_cluster(net, 5);
         net.run_for(5 * S);
         for a in 0..3 {
             for b in 3..5 {
@@ -149,15 +162,7 @@ fn a_split_of_minutes_heals_within_seconds_of_the_network() {
 #[test]
 fn nodes_a_partition_left_alone_find_each_other_again_after_it_heals() {
     simulate_network(seeds(20), |net| {
-        let members: Vec<Membership> = (0..5)
-            .map(|i| {
-                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
-                start(net, node)
-            })
-            .collect();
-        for m in &members[1..] {
-            m.join([net.system(0).node()]);
-        }
+        let members = joined_as_a_cluster(net, 5);
         net.run_for(5 * S);
         for a in 0..5 {
             for b in a + 1..5 {
@@ -184,12 +189,7 @@ fn nodes_a_partition_left_alone_find_each_other_again_after_it_heals() {
 #[test]
 fn a_node_joins_once_its_seed_can_be_reached() {
     simulate_network(seeds(20), |net| {
-        let members = (0..2)
-            .map(|i| {
-                let node = net.node(&format!("n{i}"), |b| b.node_down_only_when_replaced());
-                start(net, node)
-            })
-            .collect::<Vec<_>>();
+        let members = as_a_cluster(net, 2);
         net.partition(0, 1);
         members[1].join([net.system(0).node()]);
         net.run_for(30 * S);
