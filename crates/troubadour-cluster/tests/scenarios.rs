@@ -150,6 +150,28 @@ struct Activation {
 }
 
 impl World {
+    /// An activation of `id` started at `now`: counted alive, and
+    /// returned as its number among `id`'s activations.
+    fn activated(&mut self, id: &str, now: Instant) -> usize {
+        let all = self.activations.entry(id.to_string()).or_default();
+        all.push(Activation {
+            started: now,
+            last_handled: None,
+        });
+        let n = all.len() - 1;
+        let alive = self.alive.entry(id.to_string()).or_default();
+        *alive += 1;
+        let alive = *alive;
+        let most = self.most_alive.entry(id.to_string()).or_default();
+        *most = (*most).max(alive);
+        n
+    }
+
+    /// An activation of `id` stopped.
+    fn deactivated(&mut self, id: &str) {
+        *self.alive.get_mut(id).unwrap() -= 1;
+    }
+
     /// A handler of activation `n` of `id` begins at `now`.
     fn handling(&mut self, id: &str, n: usize, now: Instant) {
         if let Some(a) = self.activations.get_mut(id).and_then(|all| all.get_mut(n)) {
@@ -170,25 +192,12 @@ struct Counter {
 impl Actor for Counter {
     fn started(&mut self, ctx: &mut Context<Self>) {
         let mut w = self.world.lock().unwrap();
-        let all = w.activations.entry(self.id.clone()).or_default();
-        self.activation = all.len();
-        all.push(Activation {
-            started: ctx.now(),
-            last_handled: None,
-        });
+        self.activation = w.activated(&self.id, ctx.now());
         // Recovery: the state the last activation made durable.
         self.total = w.durable.get(&self.id).copied().unwrap_or(0);
-        let now = {
-            let n = w.alive.entry(self.id.clone()).or_default();
-            *n += 1;
-            *n
-        };
-        let most = w.most_alive.entry(self.id.clone()).or_default();
-        *most = (*most).max(now);
     }
     fn stopped(&mut self, _: &mut Context<Self>) {
-        let mut w = self.world.lock().unwrap();
-        *w.alive.get_mut(&self.id).unwrap() -= 1;
+        self.world.lock().unwrap().deactivated(&self.id);
     }
 }
 
@@ -245,24 +254,14 @@ struct Beacon {
 
 impl Actor for Beacon {
     fn started(&mut self, ctx: &mut Context<Self>) {
-        let mut w = self.world.lock().unwrap();
-        let all = w.activations.entry(Beacon::KIND.into()).or_default();
-        self.activation = all.len();
-        all.push(Activation {
-            started: ctx.now(),
-            last_handled: None,
-        });
-        let now = {
-            let n = w.alive.entry(Beacon::KIND.into()).or_default();
-            *n += 1;
-            *n
-        };
-        let most = w.most_alive.entry(Beacon::KIND.into()).or_default();
-        *most = (*most).max(now);
+        self.activation = self
+            .world
+            .lock()
+            .unwrap()
+            .activated(Beacon::KIND, ctx.now());
     }
     fn stopped(&mut self, _: &mut Context<Self>) {
-        let mut w = self.world.lock().unwrap();
-        *w.alive.get_mut(Beacon::KIND).unwrap() -= 1;
+        self.world.lock().unwrap().deactivated(Beacon::KIND);
     }
 }
 
