@@ -442,6 +442,16 @@ impl Groups {
         }
     }
 
+    /// Drops every member `node` had in every group; how many there were.
+    fn forget(&mut self, node: &NodeKey) -> usize {
+        let mut removed = 0;
+        self.remote.retain(|_, by_node| {
+            removed += by_node.remove(node).map_or(0, |l| l.len());
+            !by_node.is_empty()
+        });
+        removed
+    }
+
     fn members_of(&self, key: &GroupKey) -> Vec<&dyn MemberList> {
         let mut lists: Vec<&dyn MemberList> = Vec::new();
         if let Some(l) = self.local.get(key) {
@@ -503,11 +513,7 @@ impl Handler<MemberEvent> for Groups {
                 self.members.remove(&key);
                 self.peers.remove(&key);
                 self.gone.insert(key.clone());
-                let mut removed = 0;
-                self.remote.retain(|_, by_node| {
-                    removed += by_node.remove(&key).map_or(0, |l| l.len());
-                    !by_node.is_empty()
-                });
+                let removed = self.forget(&key);
                 if removed > 0 {
                     tracing::info!(target: "troubadour::cluster", node = %key.name, members = removed, "group members of a node that went down removed");
                 }
@@ -525,19 +531,12 @@ impl Handler<GroupUpdate> for Groups {
             return;
         }
         match (u.op, u.codec, u.members) {
-            (Op::Reset, _, _) => self.remote.retain(|_, by_node| {
-                by_node.remove(&from);
-                !by_node.is_empty()
-            }),
-            (Op::ResetAndAsk, _, _) => {
-                self.remote.retain(|_, by_node| {
-                    by_node.remove(&from);
-                    !by_node.is_empty()
-                });
-                // Ready: send everything again, behind what went before.
-                // Resolving: the state it will get is taken then. Not
-                // known yet: it is sent when the node is seen up.
-                if matches!(self.peers.get(&from), Some(Peer::Ready(_))) {
+            (op, _, _) if op.is_reset() => {
+                self.forget(&from);
+                // Asked back: if ready, send everything again, behind what
+                // went before. Resolving: the state it will get is taken
+                // then. Not known yet: it is sent when the node is seen up.
+                if op == Op::ResetAndAsk && matches!(self.peers.get(&from), Some(Peer::Ready(_))) {
                     for update in self.full_state(false) {
                         self.send(&from, update);
                     }

@@ -5,7 +5,9 @@
 //! that has turned false.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use troubadour::Deadline;
 
 /// A node's lease by its own clock: valid until when, by its monotonic
 /// clock. This is the node's half of the ownership argument in
@@ -27,11 +29,14 @@ use std::time::{Duration, Instant};
 /// assert!(!lease.is_valid(sent + Duration::from_secs(9)));
 /// # Ok::<(), troubadour_cluster::LeaseConfigError>(())
 /// ```
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct LocalLease {
     ttl: Duration,
     margin: Duration,
     valid_until: Option<Instant>,
+    /// `valid_until` as the node's entities read it, before each message
+    /// ([`deadline`](Self::deadline)).
+    ends: Arc<Deadline>,
 }
 
 /// What a renewal did to the node's lease.
@@ -54,10 +59,13 @@ impl LocalLease {
         if ttl.is_zero() || margin >= ttl {
             return Err(LeaseConfigError { ttl, margin });
         }
+        let ends = Arc::new(Deadline::new(Instant::now()));
+        ends.expire();
         Ok(LocalLease {
             ttl,
             margin,
             valid_until: None,
+            ends,
         })
     }
 
@@ -78,7 +86,9 @@ impl LocalLease {
     pub fn renewed(&mut self, sent_at: Instant, now: Instant) -> Renewal {
         let was_valid = self.is_valid(now);
         let until = sent_at + (self.ttl - self.margin);
-        self.valid_until = Some(self.valid_until.map_or(until, |u| u.max(until)));
+        let until = self.valid_until.map_or(until, |u| u.max(until));
+        self.valid_until = Some(until);
+        self.ends.set(until);
         if was_valid {
             Renewal::Extended
         } else {
@@ -90,6 +100,7 @@ impl LocalLease {
     /// node left): invalid from now on.
     pub fn lost(&mut self) {
         self.valid_until = None;
+        self.ends.expire();
     }
 
     /// Whether the node may host shards at `now`.
@@ -100,6 +111,14 @@ impl LocalLease {
     /// Until when the lease is valid, if it was ever granted.
     pub fn valid_until(&self) -> Option<Instant> {
         self.valid_until
+    }
+
+    /// The lease's end as a [`Deadline`] that follows every renewal and
+    /// loss: actors spawned with it
+    /// ([`SpawnOptions::deadline`](troubadour::SpawnOptions::deadline))
+    /// handle nothing past it, however late the code watching the lease.
+    pub fn deadline(&self) -> &Arc<Deadline> {
+        &self.ends
     }
 }
 

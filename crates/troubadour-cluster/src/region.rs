@@ -44,7 +44,8 @@ use crate::tasks::{Poll, Task, Tasks};
 pub(crate) const REGION: &str = "troubadour.cluster.region";
 
 /// Makes an entity of one kind, as a child of the region.
-/// Every entity is spawned with the node's lease as its deadline.
+/// Every entity is spawned with the node's lease as its deadline
+/// ([`LocalLease::deadline`]).
 pub(crate) type MakeEntity = Arc<
     dyn Fn(&mut Context<Region>, &str, HostedShard, &Arc<Deadline>) -> Result<AnyEntity, String>
         + Send
@@ -203,10 +204,6 @@ pub(crate) enum Event {
 pub(crate) struct Region {
     setup: RegionSetup,
     key: NodeKey,
-    /// The lease's local end, which every entity of the node checks before
-    /// each message (so none acts past it even when this actor is late:
-    /// a backlog, a process paused and resumed).
-    lease_ends: Arc<Deadline>,
     members: BTreeMap<NodeKey, NodeId>,
     view: Option<StoreView>,
     hosted: BTreeMap<ShardId, Hosted>,
@@ -379,12 +376,9 @@ impl Region {
     pub(crate) fn new(setup: RegionSetup) -> Region {
         let key = NodeKey::new(setup.me.name(), setup.me.incarnation());
         let (departing, departed) = departure_codecs();
-        let lease_ends = Arc::new(Deadline::new(Instant::now()));
-        lease_ends.expire();
         Region {
             setup,
             key,
-            lease_ends,
             members: BTreeMap::new(),
             view: None,
             hosted: BTreeMap::new(),
@@ -418,14 +412,6 @@ impl Region {
     fn start_task(&mut self, task: Task<Event>, ctx: &mut Context<Self>) {
         if let Some(event) = self.tasks.start(&ctx.myself(), task) {
             self.on_event(event, ctx);
-        }
-    }
-
-    /// Copies the lease's local end to the entities' deadline.
-    fn sync_lease_ends(&self) {
-        match self.setup.lease.valid_until() {
-            Some(until) => self.lease_ends.set(until),
-            None => self.lease_ends.expire(),
         }
     }
 
@@ -521,9 +507,7 @@ impl Region {
         }
         match renewed {
             Ok(()) => {
-                let renewal = self.setup.lease.renewed(sent_at, now);
-                self.sync_lease_ends();
-                if renewal == Renewal::Started {
+                if self.setup.lease.renewed(sent_at, now) == Renewal::Started {
                     // Whatever was held before the lease ran out is void.
                     self.drop_all();
                 }
@@ -535,10 +519,7 @@ impl Region {
                     ctx.send_after(until.saturating_duration_since(now), LeaseEnds);
                 }
             }
-            Err(LeaseError::NotLeased(_)) => {
-                self.setup.lease.lost();
-                self.sync_lease_ends();
-            }
+            Err(LeaseError::NotLeased(_)) => self.setup.lease.lost(),
             // Unreachable store: the lease runs out by itself.
             Err(e) => {
                 tracing::warn!(target: "troubadour::cluster", error = %e, "lease renewal failed");
@@ -761,7 +742,7 @@ impl Region {
                 shard,
                 epoch: hosted.epoch,
             };
-            match make(ctx, id, at, &self.lease_ends) {
+            match make(ctx, id, at, self.setup.lease.deadline()) {
                 Ok(entity) => {
                     self.counts.activations += 1;
                     tracing::info!(target: "troubadour::cluster", kind, shard = shard.get(), "singleton started");
@@ -1250,7 +1231,7 @@ impl Region {
                     epoch: hosted.epoch,
                 };
                 self.make_room(ctx);
-                match make(ctx, &p.routed.id, at, &self.lease_ends) {
+                match make(ctx, &p.routed.id, at, self.setup.lease.deadline()) {
                     Ok(entity) => {
                         self.counts.activations += 1;
                         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
@@ -1597,7 +1578,6 @@ impl Region {
                 if result.is_ok() {
                     self.left = true;
                     self.setup.lease.lost();
-                    self.sync_lease_ends();
                     self.depart(ctx);
                 } else {
                     // Try again at the next leave; keep the lease meanwhile.

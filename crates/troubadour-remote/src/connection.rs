@@ -304,6 +304,8 @@ impl TlsConfig {
     pub fn identify_peers_by_node_name(self) -> TlsConfig {
         {
             let mut built = self.built.write().unwrap_or_else(|p| p.into_inner());
+            // The same material and lists built once already: this cannot
+            // fail, and if it did the configuration in use would stay.
             if let Ok(by_name) = build_configs(&self.material, built.crls.clone(), true) {
                 *built = by_name;
             }

@@ -853,7 +853,9 @@ impl<A: Actor> ActorCell<A> {
                 }
                 // Unstashed messages come before the mailbox.
                 if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
-                    if self.past_deadline(&ctx) {
+                    if self.config.as_ref().is_some_and(|c| c.deadline.is_some())
+                        && self.past_deadline(&ctx)
+                    {
                         return self.stop_at_deadline(env);
                     }
                     *left -= 1;
