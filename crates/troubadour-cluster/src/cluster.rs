@@ -3,6 +3,7 @@
 //! [`Cluster::entity`] for a reference to a virtual actor, usable at once
 //! from any node.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -223,6 +224,7 @@ impl ClusterBuilder {
     ) -> Self {
         let messages = EntityMessages::<A>::collect();
         self.errors.extend(messages.errors);
+        crate::entity::register_kind(A::KIND);
         let factory = Arc::new(factory);
         let make = Arc::new(
             move |ctx: &mut Context<Region>, id: &str, at: HostedShard, lease: &Arc<Deadline>| {
@@ -758,8 +760,8 @@ impl<A: Entity> EntityRef<A> {
     fn routed<M: RemoteMessage>(&self, msg: M) -> Result<Routed, M> {
         match codec_of::<M>() {
             Some(codec) => Ok(Routed {
-                kind: A::KIND.to_string(),
-                id: self.id.to_string(),
+                kind: Cow::Borrowed(A::KIND),
+                id: self.id.clone(),
                 codec,
                 body: Box::new(msg),
             }),

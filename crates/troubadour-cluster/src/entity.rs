@@ -14,12 +14,13 @@ use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::any::{Any, TypeId};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::{LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use troubadour::{Actor, ActorRef, AskError, Handles, Message, SendError};
 use troubadour_remote::RemoteMessage;
 
@@ -243,13 +244,20 @@ pub(crate) struct MessageCodec {
     reply: fn(&(dyn Any + Send)) -> Option<&dyn erased_serde::Serialize>,
 }
 
-static CODECS: LazyLock<RwLock<HashMap<&'static str, &'static MessageCodec>>> =
+/// Read on every entity message sent and received, written once per
+/// type: a concurrent map, so readers on every thread take no lock (a
+/// shared lock's counter was a cache line every sender wrote).
+static CODECS: LazyLock<papaya::HashMap<&'static str, &'static MessageCodec>> =
     LazyLock::new(Default::default);
+/// Registration is rare; one at a time keeps "a second type under the same
+/// name is refused" exact.
+static REGISTERING: Mutex<()> = Mutex::new(());
 
 /// Enters `M` in the process-wide registry (once per type); a second type
 /// under the same name is refused.
 fn register_message<M: RemoteMessage>() -> Result<(), String> {
-    let mut codecs = CODECS.write().unwrap_or_else(|p| p.into_inner());
+    let _one_at_a_time = REGISTERING.lock().unwrap_or_else(|p| p.into_inner());
+    let codecs = CODECS.pin();
     match codecs.get(M::NAME) {
         Some(c) if c.type_id == TypeId::of::<M>() => Ok(()),
         Some(_) => Err(format!(
@@ -279,17 +287,29 @@ fn register_message<M: RemoteMessage>() -> Result<(), String> {
     }
 }
 
+/// Every entity kind registered in this process, so that a received
+/// envelope names its kind without allocating (unknown kinds keep their
+/// name, for the error).
+static KINDS: LazyLock<papaya::HashSet<&'static str>> = LazyLock::new(Default::default);
+
+pub(crate) fn register_kind(kind: &'static str) {
+    KINDS.pin().insert(kind);
+}
+
+fn kind_named(name: &str) -> Cow<'static, str> {
+    match KINDS.pin().get(name) {
+        Some(kind) => Cow::Borrowed(*kind),
+        None => Cow::Owned(name.to_owned()),
+    }
+}
+
 /// The codec of the entity message named `name`, if one is registered.
 pub(crate) fn codec_of<M: RemoteMessage>() -> Option<&'static MessageCodec> {
     codec_named(M::NAME).filter(|c| c.type_id == TypeId::of::<M>())
 }
 
 fn codec_named(name: &str) -> Option<&'static MessageCodec> {
-    CODECS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(name)
-        .copied()
+    CODECS.pin().get(name).copied()
 }
 
 /// A marker that travels a shard's stream of messages like any of them
@@ -361,8 +381,11 @@ pub(crate) fn departure_codecs() -> (&'static MessageCodec, &'static MessageCode
 
 /// An entity message on its way to the region of its shard's owner.
 pub(crate) struct Routed {
-    pub kind: String,
-    pub id: String,
+    /// Borrowed for every kind registered here: no allocation per message.
+    pub kind: Cow<'static, str>,
+    /// Shared with the [`EntityRef`](crate::EntityRef) it was sent from
+    /// and with the entity's key where it is hosted.
+    pub id: Arc<str>,
     pub codec: &'static MessageCodec,
     pub body: Box<dyn Any + Send>,
 }
@@ -389,8 +412,8 @@ impl Serialize for Routed {
         let body = (self.codec.body)(&*self.body)
             .ok_or_else(|| serde::ser::Error::custom("the body is not its codec's type"))?;
         let mut t = s.serialize_tuple(4)?;
-        t.serialize_element(&self.kind)?;
-        t.serialize_element(&self.id)?;
+        t.serialize_element(&*self.kind)?;
+        t.serialize_element(&*self.id)?;
         t.serialize_element(self.codec.name)?;
         t.serialize_element(&ErasedBody(body))?;
         t.end()
@@ -407,6 +430,33 @@ impl<'de> DeserializeSeed<'de> for BodySeed {
         let mut erased = <dyn erased_serde::Deserializer<'_>>::erase(d);
         (self.0)(&mut erased).map_err(de::Error::custom)
     }
+}
+
+/// The next element, a string, made into what `make` returns without an
+/// owned copy first (the decoder lends it from the frame).
+pub(crate) fn next_str<'de, T, A: SeqAccess<'de>>(
+    seq: &mut A,
+    what: &str,
+    make: impl FnOnce(&str) -> T,
+) -> Result<T, A::Error> {
+    struct StrSeed<F>(F);
+    impl<'de, T, F: FnOnce(&str) -> T> DeserializeSeed<'de> for StrSeed<F> {
+        type Value = T;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<T, D::Error> {
+            d.deserialize_str(self)
+        }
+    }
+    impl<'de, T, F: FnOnce(&str) -> T> Visitor<'de> for StrSeed<F> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+            Ok((self.0)(s))
+        }
+    }
+    seq.next_element_seed(StrSeed(make))?
+        .ok_or_else(|| de::Error::custom(format!("the envelope ended before its {what}")))
 }
 
 pub(crate) fn next<'de, T: Deserialize<'de>, A: SeqAccess<'de>>(
@@ -426,10 +476,12 @@ impl<'de> Deserialize<'de> for Routed {
                 f.write_str("an entity message's envelope")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Routed, A::Error> {
-                let kind: String = next(&mut seq, "kind")?;
-                let id: String = next(&mut seq, "id")?;
-                let name: String = next(&mut seq, "message name")?;
-                let codec = codec_named(&name).ok_or_else(|| {
+                let kind = next_str(&mut seq, "kind", kind_named)?;
+                let id = next_str(&mut seq, "id", |id: &str| Arc::<str>::from(id))?;
+                let codec = next_str(&mut seq, "message name", |name: &str| {
+                    codec_named(name).ok_or_else(|| name.to_owned())
+                })?
+                .map_err(|name| {
                     de::Error::custom(format!(
                         "no entity kind on this node takes a message named {name:?}"
                     ))
@@ -539,13 +591,19 @@ impl<'de> Deserialize<'de> for Answer {
                 f.write_str("an entity's answer")
             }
             fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Answer, A::Error> {
-                let name: String = next(&mut seq, "message name")?;
-                if name.is_empty() {
-                    return Ok(Answer(Err(next(&mut seq, "error")?)));
-                }
-                let codec = codec_named(&name).ok_or_else(|| {
+                let codec = next_str(&mut seq, "message name", |name: &str| {
+                    if name.is_empty() {
+                        Ok(None)
+                    } else {
+                        codec_named(name).map(Some).ok_or_else(|| name.to_owned())
+                    }
+                })?
+                .map_err(|name| {
                     de::Error::custom(format!("an answer to an unknown message {name:?}"))
                 })?;
+                let Some(codec) = codec else {
+                    return Ok(Answer(Err(next(&mut seq, "error")?)));
+                };
                 let body = seq
                     .next_element_seed(BodySeed(codec.decode_reply))?
                     .ok_or_else(|| de::Error::custom("the answer ended before its body"))?;
@@ -592,10 +650,7 @@ mod tests {
         };
         let bytes = postcard::to_allocvec(&sent).unwrap();
         let got: Routed = postcard::from_bytes(&bytes).unwrap();
-        assert_eq!(
-            (got.kind.as_str(), got.id.as_str()),
-            ("vehicle", "0012.01214")
-        );
+        assert_eq!((&*got.kind, &*got.id), ("vehicle", "0012.01214"));
         assert_eq!(got.codec.name, Move::NAME);
         assert_eq!(*got.body.downcast::<Move>().unwrap(), Move { x: 3, y: -4 });
     }

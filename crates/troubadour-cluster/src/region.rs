@@ -19,6 +19,7 @@
 //! shard that drains, in order, as soon as an owner is known. Asks keep
 //! their reply: the entity's answer comes back through the regions.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
@@ -152,8 +153,9 @@ struct Hosted {
     entities: BTreeMap<EntityKey, Slot>,
 }
 
-/// An entity by kind and id.
-type EntityKey = (String, String);
+/// An entity by kind and id: the kind as registered, the id shared with
+/// the messages that name it, so making a key copies no string.
+type EntityKey = (&'static str, Arc<str>);
 
 /// One entity of a hosted shard.
 enum Slot {
@@ -237,7 +239,7 @@ pub(crate) struct Region {
     counts: RegionCounts,
     /// Where this region last sent each shard's messages, with an entity
     /// of the shard (a flush down that path is routed by its id).
-    sent_to: BTreeMap<ShardId, (Target, String)>,
+    sent_to: BTreeMap<ShardId, (Target, Arc<str>)>,
     /// Once the store let the node go: what it waits for before its leave
     /// is done.
     departure: Option<Departure>,
@@ -724,7 +726,7 @@ impl Region {
         for (kind, make) in singletons {
             let id = singleton_id(kind);
             let shard = self.setup.shards.shard_of(id);
-            let key = (kind.to_string(), id.to_string());
+            let key: EntityKey = (kind, Arc::from(id));
             let Some(hosted) = self.hosted.get_mut(&shard) else {
                 continue;
             };
@@ -946,12 +948,12 @@ impl Region {
         &mut self,
         shard: ShardId,
         old: NodeKey,
-        id: String,
+        id: Arc<str>,
         ctx: &mut Context<Self>,
     ) {
         let flush = Pending {
             routed: Routed {
-                kind: String::new(),
+                kind: Cow::Borrowed(""),
                 id,
                 codec: self.flush,
                 body: Box::new(Flush),
@@ -1019,8 +1021,8 @@ impl Region {
     fn marker(&self, codec: &'static MessageCodec, body: impl Send + 'static) -> Pending {
         Pending {
             routed: Routed {
-                kind: String::new(),
-                id: String::new(),
+                kind: Cow::Borrowed(""),
+                id: Arc::from(""),
                 codec,
                 body: Box::new(body),
             },
@@ -1069,7 +1071,7 @@ impl Region {
             if !settled {
                 return;
             }
-            let paths: Vec<(ShardId, NodeKey, String)> = self
+            let paths: Vec<(ShardId, NodeKey, Arc<str>)> = self
                 .sent_to
                 .iter()
                 .filter_map(|(shard, (target, id))| match target {
@@ -1204,8 +1206,8 @@ impl Region {
             }
             return;
         }
-        let Some(kind) = self.setup.kinds.get(p.routed.kind.as_str()) else {
-            let why = WireAskError::UnknownKind(p.routed.kind.clone());
+        let Some((&kind_name, kind)) = self.setup.kinds.get_key_value(&*p.routed.kind) else {
+            let why = WireAskError::UnknownKind(p.routed.kind.to_string());
             return p.fail(why);
         };
         let Some(deliver) = kind.deliver.get(p.routed.codec.name).copied() else {
@@ -1216,7 +1218,7 @@ impl Region {
             return p.fail(why);
         };
         let make = kind.make.clone();
-        let key = (p.routed.kind.clone(), p.routed.id.clone());
+        let key = (kind_name, p.routed.id.clone());
         let now = ctx.now();
         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
         match hosted.entities.get_mut(&key) {
@@ -1329,7 +1331,7 @@ impl Region {
                 .iter()
                 .filter_map(move |(key, slot)| match slot {
                     Slot::Active { last_used, .. }
-                        if !kinds.get(key.0.as_str()).is_some_and(|k| k.singleton) =>
+                        if !kinds.get(key.0).is_some_and(|k| k.singleton) =>
                     {
                         Some((*shard, key, *last_used))
                     }
@@ -1688,7 +1690,9 @@ impl Handler<LocalRouted> for Region {
             },
             ctx,
         );
-        Answer(Err(WireAskError::Other("answered later".into())))
+        // Never sent (the reply was deferred): a variant that allocates
+        // nothing.
+        Answer(Err(WireAskError::NoReply))
     }
 }
 
@@ -1713,13 +1717,13 @@ impl Handler<Routed> for Region {
             if let Ok(d) = routed.body.downcast::<Departing>() {
                 self.on_departing(*d, ctx);
             }
-            return Answer(Err(WireAskError::Other("a marker has no answer".into())));
+            return Answer(Err(WireAskError::NoReply));
         }
         if std::ptr::eq(routed.codec, self.departed) {
             if let Ok(d) = routed.body.downcast::<Departed>() {
                 self.on_departed(&NodeKey::new(d.name, d.incarnation), ctx);
             }
-            return Answer(Err(WireAskError::Other("a marker has no answer".into())));
+            return Answer(Err(WireAskError::NoReply));
         }
         let reply = ctx.defer_reply::<Routed>();
         self.check_lease(ctx);
@@ -1732,7 +1736,9 @@ impl Handler<Routed> for Region {
             ctx,
         );
         // The reply, if this was an ask, went with the deferred reply.
-        Answer(Err(WireAskError::Other("answered later".into())))
+        // Never sent (the reply was deferred): a variant that allocates
+        // nothing.
+        Answer(Err(WireAskError::NoReply))
     }
 }
 

@@ -532,8 +532,26 @@ impl Peer {
         if self.shared.simulated || self.is_lost() {
             return;
         }
-        let mut batch = BytesMut::new();
-        if !self.take_for_writing(&mut batch) {
+        // A buffer per thread, kept between writes: a fresh one per write
+        // was an allocation of the whole batch each time (and, with
+        // glibc's allocator, a consolidation of its free lists).
+        thread_local! {
+            static BATCH: std::cell::RefCell<BytesMut> = std::cell::RefCell::new(BytesMut::new());
+        }
+        BATCH.with(|batch| match batch.try_borrow_mut() {
+            Ok(mut batch) => {
+                batch.clear();
+                self.write_batch(&mut batch);
+                if batch.capacity() > KEPT_BATCH {
+                    *batch = BytesMut::new();
+                }
+            }
+            Err(_) => self.write_batch(&mut BytesMut::new()),
+        });
+    }
+
+    fn write_batch(&self, batch: &mut BytesMut) {
+        if !self.take_for_writing(batch) {
             return;
         }
         let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
@@ -1279,6 +1297,10 @@ impl RefCodec for Peer {
 
 /// A turn's queued bytes reach the socket when the turn ends.
 const FLUSH_AT: usize = 64 * 1024;
+
+/// The most a thread's write buffer keeps between writes (a large message
+/// grows it once; it is not kept at that size).
+const KEPT_BATCH: usize = 256 * 1024;
 
 /// [`Peer`]'s flush at the end of an actor turn; weak, so a deferred flush
 /// does not keep a closed connection alive.
