@@ -4,7 +4,7 @@
 //! from any node.
 
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -24,9 +24,10 @@ use crate::lease::{LeaseError, LeaseStore};
 use crate::local_lease::{LeaseConfigError, LocalLease};
 use crate::membership::{Membership, MembershipConfig, MembershipError};
 use crate::region::{
-    singleton_id, BeforeHandoff, HostedShard, Hosting, Kind, LeaveCluster, LocalRouted, Region,
-    RegionSetup, Status, REGION,
+    singleton_id, BeforeHandoff, HostedShard, Hosting, Kind, LeaveCluster, Region, RegionSetup,
+    Status, REGION,
 };
+use crate::routes::ShardRoutes;
 use crate::shard::ShardCount;
 
 /// How long `Cluster::leave` waits for the region to finish it.
@@ -69,7 +70,7 @@ pub struct ClusterBuilder {
     max_active: Option<usize>,
     membership: MembershipConfig,
     discovery: Option<(Arc<dyn Discovery>, Duration)>,
-    kinds: HashMap<&'static str, Kind>,
+    kinds: BTreeMap<&'static str, Kind>,
     before_handoff: Option<BeforeHandoff>,
     best_effort: Option<Arc<BestEffortPlacement>>,
     errors: Vec<String>,
@@ -336,6 +337,7 @@ impl ClusterBuilder {
             Membership::start(system, remote, self.membership).map_err(ClusterError::Membership)?;
         let me = system.node();
         let hosting = Hosting::default();
+        let routes = Arc::new(ShardRoutes::new(self.shards));
         let region = system
             .spawn(Region::new(RegionSetup {
                 me,
@@ -351,6 +353,7 @@ impl ClusterBuilder {
                 hosting: hosting.clone(),
                 before_handoff: self.before_handoff,
                 best_effort: self.best_effort,
+                routes: routes.clone(),
             }))
             .map_err(|e| ClusterError::Spawn(e.to_string()))?;
         remote
@@ -377,6 +380,7 @@ impl ClusterBuilder {
         let cluster = Cluster {
             inner: Arc::new(Inner {
                 region,
+                routes,
                 hosting,
                 groups,
                 membership,
@@ -440,6 +444,7 @@ impl std::error::Error for ClusterError {}
 
 struct Inner {
     region: ActorRef<Region>,
+    routes: Arc<ShardRoutes>,
     hosting: Hosting,
     membership: Membership,
     shards: ShardCount,
@@ -467,7 +472,7 @@ impl Cluster {
             max_active: None,
             membership: MembershipConfig::default(),
             discovery: None,
-            kinds: HashMap::new(),
+            kinds: BTreeMap::new(),
             before_handoff: None,
             best_effort: None,
             errors: Vec::new(),
@@ -778,13 +783,13 @@ impl<A: Entity> EntityRef<A> {
         A: Handles<M, K>,
     {
         let routed = self.routed(msg).map_err(SendError::Unregistered)?;
-        self.cluster
-            .inner
-            .region
-            .tell(LocalRouted(routed))
-            .map_err(|e| {
-                let body = e.into_message().0.body;
-                SendError::Stopped(*body.downcast::<M>().expect("the body sent"))
+        let inner = &self.cluster.inner;
+        let shard = inner.routes.shard_of(&self.id);
+        inner
+            .routes
+            .tell(shard, routed, &inner.region)
+            .map_err(|routed| {
+                SendError::Stopped(*routed.body.downcast::<M>().expect("the body sent"))
             })
     }
 
@@ -798,7 +803,11 @@ impl<A: Entity> EntityRef<A> {
     {
         match self.routed(msg) {
             Ok(routed) => EntityAsk {
-                inner: Some(self.cluster.inner.region.ask(LocalRouted(routed))),
+                inner: Some({
+                    let inner = &self.cluster.inner;
+                    let shard = inner.routes.shard_of(&self.id);
+                    inner.routes.ask(shard, routed, &inner.region)
+                }),
                 _reply: PhantomData,
             },
             Err(_) => EntityAsk {

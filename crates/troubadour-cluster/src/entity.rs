@@ -15,7 +15,7 @@ use serde::ser::SerializeTuple;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::any::{Any, TypeId};
 use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -61,7 +61,7 @@ pub trait Entity: Actor + Sized {
 
 /// The messages of an entity kind, as [`Entity::messages`] lists them.
 pub struct EntityMessages<A> {
-    pub(crate) deliver: HashMap<&'static str, Deliverers>,
+    pub(crate) deliver: BTreeMap<&'static str, Deliverers>,
     pub(crate) errors: Vec<String>,
     _kind: PhantomData<fn() -> A>,
 }
@@ -69,7 +69,7 @@ pub struct EntityMessages<A> {
 impl<A: Entity> EntityMessages<A> {
     pub(crate) fn collect() -> EntityMessages<A> {
         let mut messages = EntityMessages {
-            deliver: HashMap::new(),
+            deliver: BTreeMap::new(),
             errors: Vec::new(),
             _kind: PhantomData,
         };

@@ -46,6 +46,7 @@ mod postgres_store;
 mod region;
 #[cfg(any(feature = "postgres", feature = "sqlite"))]
 mod renewals;
+mod routes;
 pub mod shard;
 #[cfg(feature = "sqlite")]
 mod sqlite_store;

@@ -20,7 +20,7 @@
 //! their reply: the entity's answer comes back through the regions.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -38,6 +38,7 @@ use crate::lease::{Assignment, LeaseError, LeaseStore, NodeKey, StoreView};
 use crate::local_lease::{LocalLease, Renewal};
 use crate::membership::MemberEvent;
 use crate::placement;
+use crate::routes::ShardRoutes;
 use crate::shard::{ShardCount, ShardId};
 use crate::tasks::{Poll, Task, Tasks};
 
@@ -56,7 +57,7 @@ pub(crate) type MakeEntity = Arc<
 /// One kind the node can host.
 pub(crate) struct Kind {
     pub make: MakeEntity,
-    pub deliver: HashMap<&'static str, Deliverers>,
+    pub deliver: BTreeMap<&'static str, Deliverers>,
     /// A cluster singleton: one entity, id [`singleton_id`], started as
     /// soon as its shard is hosted (no message needed), never passivated.
     pub singleton: bool,
@@ -78,7 +79,9 @@ pub(crate) struct RegionSetup {
     pub passivate_after: Option<Duration>,
     pub max_active: Option<usize>,
     pub store: Arc<dyn LeaseStore>,
-    pub kinds: HashMap<&'static str, Kind>,
+    /// Few, with short names: a search tree finds one faster than
+    /// hashing its name.
+    pub kinds: BTreeMap<&'static str, Kind>,
     pub lookup: NodeLookup,
     /// Where the region publishes the shards it hosts, for readers off its
     /// thread (`Cluster::hosts`).
@@ -89,6 +92,9 @@ pub(crate) struct RegionSetup {
     /// Best-effort mode: `store` is this placement, told every change of
     /// members (see [`best_effort`](crate::best_effort)).
     pub best_effort: Option<Arc<BestEffortPlacement>>,
+    /// The senders' shortcuts to shards' owners, which this region opens
+    /// and closes (see [`routes`](crate::routes)).
+    pub routes: Arc<ShardRoutes>,
 }
 
 /// Work to finish before shards go to another node (a write-behind flush).
@@ -483,6 +489,7 @@ impl Region {
         if let Ok(view) = view {
             if read > self.applied_read {
                 self.applied_read = read;
+                self.close_shortcuts();
                 self.view = Some(view);
                 self.reconcile(ctx);
             }
@@ -532,7 +539,11 @@ impl Region {
 
     /// Stops hosting everything if the lease ran out.
     fn check_lease(&mut self, ctx: &mut Context<Self>) {
-        if !self.hosted.is_empty() && !self.lease_valid(ctx) {
+        self.check_lease_at(ctx.now());
+    }
+
+    fn check_lease_at(&mut self, now: Instant) {
+        if !self.hosted.is_empty() && !self.setup.lease.is_valid(now) {
             tracing::warn!(
                 target: "troubadour::cluster",
                 shards = self.hosted.len(),
@@ -822,6 +833,7 @@ impl Region {
         ctx: &mut Context<Self>,
     ) {
         self.in_flight.remove(&shard);
+        self.close_shortcuts();
         // A read of the store that started before this claim was answered
         // may show the shard as it was before: drop it.
         self.applied_read = self.reads;
@@ -879,13 +891,19 @@ impl Region {
     // ---- routing ---------------------------------------------------------
 
     fn route(&mut self, p: Pending, ctx: &mut Context<Self>) {
+        self.route_at(p, ctx.now(), ctx);
+    }
+
+    /// [`route`](Self::route) at `now`, read once for the message (the
+    /// lease's check and the entity's last use).
+    fn route_at(&mut self, p: Pending, now: Instant, ctx: &mut Context<Self>) {
         let shard = self.setup.shards.shard_of(&p.routed.id);
-        let here = self.hosted.contains_key(&shard) && self.lease_valid(ctx);
+        let here = self.hosted.contains_key(&shard) && self.setup.lease.is_valid(now);
         // What another region forwards to the shard's owner is in the order
         // that region keeps (it flushed its own old path first): deliver
         // it, even while this region holds its own senders' messages.
         if here && !p.local {
-            return self.deliver(shard, p, ctx);
+            return self.deliver(shard, p, now, ctx);
         }
         if let Some(held) = self.moving.get_mut(&shard) {
             held.push_back(p);
@@ -938,7 +956,7 @@ impl Region {
             }
         }
         match elsewhere {
-            None => self.deliver(shard, p, ctx),
+            None => self.deliver(shard, p, now, ctx),
             Some((key, node)) => self.forward(key, node, p, ctx),
         }
     }
@@ -1035,6 +1053,7 @@ impl Region {
     /// down the path everything else went.
     fn on_departing(&mut self, departing: Departing, ctx: &mut Context<Self>) {
         let key = NodeKey::new(departing.name, departing.incarnation);
+        self.close_shortcuts();
         self.members.remove(&key);
         self.leaving_nodes.insert(key.clone());
         let Ok(node) = NodeId::remote(&key.name, None, key.incarnation) else {
@@ -1192,7 +1211,7 @@ impl Region {
         self.arm_recheck(ctx);
     }
 
-    fn deliver(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
+    fn deliver(&mut self, shard: ShardId, p: Pending, now: Instant, ctx: &mut Context<Self>) {
         if std::ptr::eq(p.routed.codec, self.flush) {
             // Everything sent before it is in the entities' mailboxes.
             match p.reply {
@@ -1217,17 +1236,21 @@ impl Region {
             ));
             return p.fail(why);
         };
-        let make = kind.make.clone();
         let key = (kind_name, p.routed.id.clone());
-        let now = ctx.now();
         let hosted = self.hosted.get_mut(&shard).expect("checked by route");
-        match hosted.entities.get_mut(&key) {
+        // One search of the shard's entities for an active one (the usual
+        // case); activation searches again.
+        let entity = match hosted.entities.get_mut(&key) {
             Some(Slot::Stopping(queue)) => {
                 queue.push_back(p);
                 return;
             }
-            Some(Slot::Active { last_used, .. }) => *last_used = now,
+            Some(Slot::Active { entity, last_used }) => {
+                *last_used = now;
+                entity
+            }
             None => {
+                let make = kind.make.clone();
                 let at = HostedShard {
                     shard,
                     epoch: hosted.epoch,
@@ -1247,11 +1270,12 @@ impl Region {
                     }
                     Err(why) => return p.fail(WireAskError::NotActivated(why)),
                 }
+                let hosted = self.hosted.get_mut(&shard).expect("checked by route");
+                let Some(Slot::Active { entity, .. }) = hosted.entities.get_mut(&key) else {
+                    unreachable!("made active above");
+                };
+                entity
             }
-        }
-        let hosted = self.hosted.get_mut(&shard).expect("checked by route");
-        let Some(Slot::Active { entity, .. }) = hosted.entities.get(&key) else {
-            unreachable!("made active above");
         };
         let Pending {
             routed,
@@ -1301,6 +1325,7 @@ impl Region {
                     reply,
                     local,
                 },
+                now,
                 ctx,
             );
         }
@@ -1452,6 +1477,28 @@ impl Region {
         }
     }
 
+    /// Lets this node's senders send the shard's messages straight to its
+    /// owner's region, if this region's last message of the shard went
+    /// there and it holds none of the shard (see [`routes`](crate::routes)
+    /// for why order then holds).
+    fn open_shortcut(&self, shard: ShardId) {
+        if self.leaving || self.moving.contains_key(&shard) || self.waiting.contains_key(&shard) {
+            return;
+        }
+        let Some((Target::Node(owner), _)) = self.sent_to.get(&shard) else {
+            return;
+        };
+        if let Some(Peer::Ready(region)) = self.peers.get(owner) {
+            self.setup.routes.open(shard, region);
+        }
+    }
+
+    /// What the region routes by is about to change: every message goes
+    /// through it again until it opens shortcuts anew.
+    fn close_shortcuts(&self) {
+        self.setup.routes.close_all();
+    }
+
     fn forward(&mut self, key: NodeKey, node: NodeId, p: Pending, ctx: &mut Context<Self>) {
         match self.peers.get_mut(&key) {
             Some(Peer::Ready(region)) => {
@@ -1542,6 +1589,7 @@ impl Region {
             // perhaps to another owner; asks end with their timeouts
             // meanwhile, and the buffer limit bounds what waits.
             Err(e) => {
+                self.close_shortcuts();
                 tracing::debug!(target: "troubadour::cluster", node = %key, error = %e, "the owner's region was not found; its messages wait");
                 self.wait_again(queue, ctx);
             }
@@ -1583,6 +1631,7 @@ impl Region {
                     self.depart(ctx);
                 } else {
                     // Try again at the next leave; keep the lease meanwhile.
+                    self.close_shortcuts();
                     self.leaving = false;
                     for reply in std::mem::take(&mut self.leave_waiters) {
                         let _ = reply.send(result.clone());
@@ -1624,6 +1673,7 @@ impl Handler<LeaveCluster> for Region {
         }
         if !self.leaving {
             self.leaving = true;
+            self.close_shortcuts();
             self.leave(ctx);
         }
         Ok(())
@@ -1672,24 +1722,36 @@ impl Handler<Poll> for Region {
     }
 }
 
-/// An entity message from this node's own code (`EntityRef`).
-pub(crate) struct LocalRouted(pub Routed);
+/// An entity message from this node's own code (`EntityRef`), counted in
+/// its shard's route until routed here.
+pub(crate) struct LocalRouted {
+    pub routed: Routed,
+    pub shard: ShardId,
+}
 impl Message for LocalRouted {
     type Reply = Answer;
 }
 
 impl Handler<LocalRouted> for Region {
-    fn handle(&mut self, LocalRouted(routed): LocalRouted, ctx: &mut Context<Self>) -> Answer {
+    fn handle(
+        &mut self,
+        LocalRouted { routed, shard }: LocalRouted,
+        ctx: &mut Context<Self>,
+    ) -> Answer {
+        self.setup.routes.routed_one(shard);
         let reply = ctx.defer_reply::<LocalRouted>();
-        self.check_lease(ctx);
-        self.route(
+        let now = ctx.now();
+        self.check_lease_at(now);
+        self.route_at(
             Pending {
                 routed,
                 reply,
                 local: true,
             },
+            now,
             ctx,
         );
+        self.open_shortcut(shard);
         // Never sent (the reply was deferred): a variant that allocates
         // nothing.
         Answer(Err(WireAskError::NoReply))
@@ -1726,13 +1788,15 @@ impl Handler<Routed> for Region {
             return Answer(Err(WireAskError::NoReply));
         }
         let reply = ctx.defer_reply::<Routed>();
-        self.check_lease(ctx);
-        self.route(
+        let now = ctx.now();
+        self.check_lease_at(now);
+        self.route_at(
             Pending {
                 routed,
                 reply,
                 local: false,
             },
+            now,
             ctx,
         );
         // The reply, if this was an ask, went with the deferred reply.
@@ -1744,6 +1808,7 @@ impl Handler<Routed> for Region {
 
 impl Handler<MemberEvent> for Region {
     fn handle(&mut self, event: MemberEvent, ctx: &mut Context<Self>) {
+        self.close_shortcuts();
         match event {
             MemberEvent::Up(node) => {
                 let key = NodeKey::new(node.name(), node.incarnation());

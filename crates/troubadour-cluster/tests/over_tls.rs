@@ -2,10 +2,12 @@
 //! mutual TLS, real time. The same code as the simulation, with tokio's
 //! sockets and timers under it: entities reached from every node, made
 //! once, and served again from another node after one node leaves; with
-//! the in-memory lease store and with PostgreSQL.
+//! the in-memory lease store and with PostgreSQL; and each sender's order
+//! under real threads while shards move.
 
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use troubadour::prelude::*;
 use troubadour_cluster::{
@@ -37,7 +39,8 @@ impl RemoteMessage for WhereAreYou {
     const NAME: &'static str = "tls-test.WhereAreYou";
 }
 
-struct Counter(u64);
+/// A count, and the entity's id.
+struct Counter(u64, String);
 impl Actor for Counter {}
 impl Handler<Add> for Counter {
     fn handle(&mut self, Add(n): Add, _: &mut Context<Self>) -> u64 {
@@ -53,7 +56,61 @@ impl Handler<WhereAreYou> for Counter {
 impl Entity for Counter {
     const KIND: &'static str = "counter";
     fn messages(m: &mut EntityMessages<Self>) {
-        m.handle::<Add>().handle::<WhereAreYou>();
+        m.handle::<Add>()
+            .handle::<WhereAreYou>()
+            .handle::<Numbered>()
+            .handle::<LastFrom>();
+    }
+}
+
+/// The `n`th message of a sender to one entity.
+#[derive(Debug, Serialize, Deserialize)]
+struct Numbered(u32, u64);
+impl Message for Numbered {
+    type Reply = ();
+}
+impl RemoteMessage for Numbered {
+    const NAME: &'static str = "tls-test.Numbered";
+}
+
+/// The last number an entity got from a sender.
+#[derive(Debug, Serialize, Deserialize)]
+struct LastFrom(u32);
+impl Message for LastFrom {
+    type Reply = Option<u64>;
+}
+impl RemoteMessage for LastFrom {
+    const NAME: &'static str = "tls-test.LastFrom";
+}
+
+/// What every entity got, by (entity, sender), kept outside the entities
+/// so that it survives their moves; and every number out of order.
+#[derive(Default)]
+struct Received {
+    last: HashMap<(String, u32), u64>,
+    disorder: Vec<String>,
+}
+static RECEIVED: Mutex<Option<Received>> = Mutex::new(None);
+
+impl Handler<Numbered> for Counter {
+    fn handle(&mut self, Numbered(sender, n): Numbered, ctx: &mut Context<Self>) {
+        let id = self.1.clone();
+        let mut received = RECEIVED.lock().unwrap();
+        let received = received.get_or_insert_with(Received::default);
+        let last = received.last.insert((id.clone(), sender), n);
+        if n != last.map_or(0, |l| l + 1) {
+            received.disorder.push(format!(
+                "{id} got {n} from sender {sender} after {last:?} on {}",
+                ctx.system().node().name()
+            ));
+        }
+    }
+}
+impl Handler<LastFrom> for Counter {
+    fn handle(&mut self, LastFrom(sender): LastFrom, _: &mut Context<Self>) -> Option<u64> {
+        let id = self.1.clone();
+        let received = RECEIVED.lock().unwrap();
+        received.as_ref()?.last.get(&(id, sender)).copied()
     }
 }
 
@@ -70,7 +127,7 @@ fn node_on(system: ActorSystem, ca: &DevCa, name: &str, store: Arc<dyn LeaseStor
         .shards(ShardCount::new(32).unwrap())
         .lease(Duration::from_secs(3), Duration::from_millis(300))
         .membership(fast_membership())
-        .entity::<Counter>(|_| Counter(0))
+        .entity::<Counter>(|id| Counter(0, id.to_string()))
         .start(&system, &remote);
     let cluster = system.block_on(starting).unwrap();
     Node {
@@ -186,4 +243,88 @@ fn three_nodes_then_a_leave(mut store_for: impl FnMut(&ActorSystem) -> Arc<dyn L
         .block_on(nodes[leaver].cluster.status())
         .unwrap();
     assert!(status.leaving && status.shards.is_empty(), "{status:?}");
+}
+
+/// Two threads of one node stream numbered messages to eight entities
+/// while a fourth node joins and then leaves, so every shard's route
+/// closes and opens again under load (senders switch between their
+/// node's region and the shortcut to the owner, `routes.rs`): every
+/// entity gets each sender's numbers in order, none missing.
+#[test]
+fn each_senders_order_holds_under_load_while_shards_move() {
+    let ca = DevCa::new("cluster test CA").unwrap();
+    let store: Arc<dyn LeaseStore> = Arc::new(MemoryLeaseStore::new());
+    let start = |name: &str| {
+        node_on(
+            ActorSystem::builder().name(name).build(),
+            &ca,
+            name,
+            store.clone(),
+        )
+    };
+    let nodes: Vec<Node> = ["a", "b", "c"].iter().map(|n| start(n)).collect();
+    let seed = nodes[0].remote.local_addr().unwrap();
+    let join = |n: &Node| {
+        n.system
+            .block_on(n.cluster.membership().join_addresses(&n.remote, &[seed]))
+    };
+    for n in &nodes[1..] {
+        assert_eq!(join(n), 1);
+    }
+    let settled = |nodes: &[&Node], members: usize| {
+        eventually("every shard has an owner and every node its share", || {
+            nodes.iter().all(|n| {
+                let status = n.system.block_on(n.cluster.status());
+                status.is_ok_and(|s| s.members.len() == members && s.balanced)
+            })
+        })
+    };
+    settled(&nodes.iter().collect::<Vec<_>>(), 3);
+    let ids: Vec<String> = (0..8).map(|i| format!("in-order-{i}")).collect();
+    const PER_SENDER: u64 = 40_000;
+    let senders: Vec<_> = (0..2u32)
+        .map(|sender| {
+            let cluster = nodes[0].cluster.clone();
+            let ids = ids.clone();
+            std::thread::spawn(move || {
+                let refs: Vec<_> = ids
+                    .iter()
+                    .map(|id| cluster.entity::<Counter>(id.clone()))
+                    .collect();
+                for n in 0..PER_SENDER {
+                    let e = &refs[(n % refs.len() as u64) as usize];
+                    e.tell(Numbered(sender, n / refs.len() as u64)).unwrap();
+                    if n % 64 == 0 {
+                        // Paced, so the stream spans the join and the leave.
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                }
+            })
+        })
+        .collect();
+    let d = start("d");
+    assert!(join(&d) >= 1);
+    settled(&[&nodes[0], &nodes[1], &nodes[2], &d], 4);
+    d.system.block_on(d.cluster.leave()).unwrap();
+    for s in senders {
+        s.join().unwrap();
+    }
+    // Each sender's last number is in once an ask after it is answered
+    // (its own order).
+    let last = PER_SENDER / ids.len() as u64 - 1;
+    for id in &ids {
+        for sender in 0..2 {
+            let e = nodes[0].cluster.entity::<Counter>(id.clone());
+            let got = e.ask(LastFrom(sender)).timeout(GUARD).wait();
+            assert_eq!(got, Ok(Some(last)), "{id} from sender {sender}");
+        }
+    }
+    let received = RECEIVED.lock().unwrap();
+    let disorder = &received.as_ref().unwrap().disorder;
+    assert!(
+        disorder.is_empty(),
+        "{} out of order: {:#?}",
+        disorder.len(),
+        &disorder[..disorder.len().min(10)]
+    );
 }
