@@ -145,10 +145,4 @@ impl ShardRoutes {
             route.lock().unwrap_or_else(|p| p.into_inner()).direct = None;
         }
     }
-
-    /// Whether the shard's shortcut is open (for tests).
-    #[cfg(test)]
-    pub(crate) fn is_open(&self, shard: ShardId) -> bool {
-        self.lock(shard).direct.is_some()
-    }
 }
