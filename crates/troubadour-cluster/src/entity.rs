@@ -219,7 +219,8 @@ where
         return Err(Undelivered::Stopped(body));
     }
     // The asker's own timeout governs (it waits on the region's answer);
-    // this one only bounds what an entity that never answers holds here.
+    // this one only bounds what an entity that never answers holds here
+    // (and replaces the core's default of a few seconds).
     let asked = entity.ask(body_of::<M>(body)).timeout(ENTITY_ASK_LIMIT);
     Ok(Box::pin(async move {
         asked
@@ -247,8 +248,11 @@ pub(crate) struct MessageCodec {
 /// Read on every entity message sent and received, written once per
 /// type: a concurrent map, so readers on every thread take no lock (a
 /// shared lock's counter was a cache line every sender wrote).
-static CODECS: LazyLock<papaya::HashMap<&'static str, &'static MessageCodec>> =
-    LazyLock::new(Default::default);
+/// Hashed with foldhash: the keys are names registered by this process's
+/// own code, so a name from the network can only miss, never crowd them.
+static CODECS: LazyLock<
+    papaya::HashMap<&'static str, &'static MessageCodec, foldhash::fast::RandomState>,
+> = LazyLock::new(Default::default);
 /// Registration is rare; one at a time keeps "a second type under the same
 /// name is refused" exact.
 static REGISTERING: Mutex<()> = Mutex::new(());
@@ -290,7 +294,8 @@ fn register_message<M: RemoteMessage>() -> Result<(), String> {
 /// Every entity kind registered in this process, so that a received
 /// envelope names its kind without allocating (unknown kinds keep their
 /// name, for the error).
-static KINDS: LazyLock<papaya::HashSet<&'static str>> = LazyLock::new(Default::default);
+static KINDS: LazyLock<papaya::HashSet<&'static str, foldhash::fast::RandomState>> =
+    LazyLock::new(Default::default);
 
 pub(crate) fn register_kind(kind: &'static str) {
     KINDS.pin().insert(kind);

@@ -31,6 +31,7 @@
 use crate::entity::{Answer, Routed};
 use crate::region::{LocalRouted, Region};
 use crate::shard::{ShardCount, ShardId};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use troubadour::{ActorRef, Ask};
 
@@ -49,6 +50,12 @@ struct Route {
 pub(crate) struct ShardRoutes {
     shards: ShardCount,
     routes: Box<[Mutex<Route>]>,
+    /// A bit per shard whose shortcut the region opened since it last
+    /// closed them all, so that closing walks those alone (the region
+    /// closes them at every change of the store's view, and claims a few
+    /// hundred shards as a node starts). Written only by the region, in
+    /// its turns, which are ordered: relaxed.
+    opened: Box<[AtomicU64]>,
 }
 
 impl ShardRoutes {
@@ -56,6 +63,9 @@ impl ShardRoutes {
         ShardRoutes {
             shards,
             routes: (0..shards.get()).map(|_| Mutex::default()).collect(),
+            opened: (0..shards.get().div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
         }
     }
 
@@ -135,14 +145,22 @@ impl ShardRoutes {
         let mut route = self.lock(shard);
         if route.via_region == 0 && route.direct.is_none() {
             route.direct = Some(owner.clone());
+            let i = shard.get() as usize;
+            self.opened[i / 64].fetch_or(1 << (i % 64), Ordering::Relaxed);
         }
     }
 
     /// Closes every shortcut: from now on, every message goes through the
     /// region until it opens them again.
     pub(crate) fn close_all(&self) {
-        for route in self.routes.iter() {
-            route.lock().unwrap_or_else(|p| p.into_inner()).direct = None;
+        for (word, opened) in self.opened.iter().enumerate() {
+            let mut bits = opened.swap(0, Ordering::Relaxed);
+            while bits != 0 {
+                let bit = bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                let route = &self.routes[word * 64 + bit];
+                route.lock().unwrap_or_else(|p| p.into_inner()).direct = None;
+            }
         }
     }
 }
