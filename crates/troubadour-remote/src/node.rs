@@ -122,6 +122,10 @@ pub(crate) struct Shared {
     /// In a simulation: connections waiting to be dialled, with the
     /// backoff before the attempt; the simulation takes them (`sim.rs`).
     pub sim_dials: Mutex<Vec<(Arc<Peer>, Duration)>>,
+    /// Nodes this one is cut off from (feature `faults`): their
+    /// connections are closed once established, either way.
+    #[cfg(feature = "faults")]
+    cut_off: Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(Default)]
@@ -662,6 +666,8 @@ impl RemoteBuilder {
             shut: std::sync::atomic::AtomicBool::new(false),
             sim_dials: Mutex::new(Vec::new()),
             channels: Default::default(),
+            #[cfg(feature = "faults")]
+            cut_off: Mutex::new(Default::default()),
         });
         let accept_task = listener.map(|l| shared.runtime.spawn(accept_loop(shared.clone(), l)));
         if let (Some(addr), false) = (local_addr, simulated) {
@@ -713,6 +719,12 @@ pub(crate) fn attach(
     dialled: Option<SocketAddr>,
 ) -> Option<Arc<Peer>> {
     let (stream, decoder, identity) = conn.into_parts();
+    // Cut off (a test's fault): the stream closes here, after the
+    // handshake, as a link that breaks at once would.
+    #[cfg(feature = "faults")]
+    if lock(&shared.cut_off).contains(&identity.node_name) {
+        return None;
+    }
     let node = NodeId::remote(&identity.node_name, dialled, identity.incarnation).ok()?;
     let link = shared.link_for(&node);
     // What waited for this node (one we cannot dial) goes out on this
@@ -810,6 +822,35 @@ impl Remote {
             }
         }
         Ok(closed)
+    }
+
+    /// Cuts this node off from the nodes named `names`, as a partition
+    /// would (feature `faults`, for tests of real processes): their
+    /// connections close now, and every later one closes as soon as it is
+    /// established, whichever side dialled, until
+    /// [`heal_links`](Self::heal_links). The other side sees its links
+    /// break and its dials fail, so a cut made on one side cuts the pair;
+    /// cutting both sides makes the partition independent of who dials.
+    /// Returns how many connections it closed.
+    #[cfg(feature = "faults")]
+    pub fn cut_links_to(&self, names: &[&str]) -> usize {
+        lock(&self.shared.cut_off).extend(names.iter().map(|n| n.to_string()));
+        let peers: Vec<Arc<Peer>> = lock(&self.shared.peers).all.clone();
+        let mut closed = 0;
+        for peer in peers {
+            if !peer.is_lost() && names.contains(&peer.node.name()) {
+                peer.lose_for("cut off by a test's fault switch".into());
+                closed += 1;
+            }
+        }
+        closed
+    }
+
+    /// Ends every cut [`cut_links_to`](Self::cut_links_to) made: links
+    /// come back as the nodes dial each other again (feature `faults`).
+    #[cfg(feature = "faults")]
+    pub fn heal_links(&self) {
+        lock(&self.shared.cut_off).clear();
     }
 
     /// Whether `M` was registered with this remote layer
