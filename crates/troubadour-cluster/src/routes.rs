@@ -52,8 +52,9 @@ pub(crate) struct ShardRoutes {
     routes: Box<[Mutex<Route>]>,
     /// A bit per shard whose shortcut the region opened since it last
     /// closed them all, so that closing walks those alone (the region
-    /// closes them at every change of the store's view, and claims a few
-    /// hundred shards as a node starts). Written only by the region, in
+    /// closes them at every claim, a few hundred as a node starts, and at
+    /// every view of the store that routes differently). Written only by
+    /// the region, in
     /// its turns, which are ordered: relaxed.
     opened: Box<[AtomicU64]>,
 }
