@@ -784,13 +784,9 @@ impl<A: Entity> EntityRef<A> {
     {
         let routed = self.routed(msg).map_err(SendError::Unregistered)?;
         let inner = &self.cluster.inner;
-        let shard = inner.routes.shard_of(&self.id);
-        inner
-            .routes
-            .tell(shard, routed, &inner.region)
-            .map_err(|routed| {
-                SendError::Stopped(*routed.body.downcast::<M>().expect("the body sent"))
-            })
+        inner.routes.tell(routed, &inner.region).map_err(|routed| {
+            SendError::Stopped(*routed.body.downcast::<M>().expect("the body sent"))
+        })
     }
 
     /// Asks the entity; the reply comes from wherever it lives. Ends with
@@ -805,8 +801,7 @@ impl<A: Entity> EntityRef<A> {
             Ok(routed) => EntityAsk {
                 inner: Some({
                     let inner = &self.cluster.inner;
-                    let shard = inner.routes.shard_of(&self.id);
-                    inner.routes.ask(shard, routed, &inner.region)
+                    inner.routes.ask(routed, &inner.region)
                 }),
                 _reply: PhantomData,
             },

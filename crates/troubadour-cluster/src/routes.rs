@@ -70,10 +70,6 @@ impl ShardRoutes {
         }
     }
 
-    pub(crate) fn shard_of(&self, id: &str) -> ShardId {
-        self.shards.shard_of(id)
-    }
-
     fn lock(&self, shard: ShardId) -> MutexGuard<'_, Route> {
         // A panic under this lock leaves a consistent route (each field is
         // written in one step).
@@ -85,12 +81,8 @@ impl ShardRoutes {
     /// Sends `routed` by the shard's shortcut if one is open, else through
     /// `region`. The message comes back if neither takes it (the node's
     /// region has stopped).
-    pub(crate) fn tell(
-        &self,
-        shard: ShardId,
-        routed: Routed,
-        region: &ActorRef<Region>,
-    ) -> Result<(), Routed> {
+    pub(crate) fn tell(&self, routed: Routed, region: &ActorRef<Region>) -> Result<(), Routed> {
+        let shard = self.shards.shard_of(&routed.id);
         let mut route = self.lock(shard);
         let routed = match &route.direct {
             Some(owner) => match owner.tell(routed) {
@@ -113,12 +105,8 @@ impl ShardRoutes {
 
     /// Asks by the shard's shortcut if one is open to a node still
     /// connected, else through `region`.
-    pub(crate) fn ask(
-        &self,
-        shard: ShardId,
-        routed: Routed,
-        region: &ActorRef<Region>,
-    ) -> Ask<Answer> {
+    pub(crate) fn ask(&self, routed: Routed, region: &ActorRef<Region>) -> Ask<Answer> {
+        let shard = self.shards.shard_of(&routed.id);
         let mut route = self.lock(shard);
         if let Some(owner) = &route.direct {
             if owner.is_alive() {
