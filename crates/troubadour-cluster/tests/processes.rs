@@ -63,6 +63,7 @@ fn five_processes(pause: Pause) {
     if tiers::is_node() {
         return;
     }
+    let _one = tiers::one_cluster_at_a_time();
     let pg = postgres::Server::start();
     let url = pg.url();
     let hosts: Vec<Host> = (1..=5)

@@ -17,6 +17,9 @@ pub struct Server {
     /// Only TLS connections, with this server's certificate (see
     /// [`Server::start_tls`]).
     tls: bool,
+    /// Another address to listen on, and the network allowed to connect
+    /// to it (see [`Server::start_reachable`]).
+    reachable: Option<(String, String)>,
 }
 
 fn bin_dir() -> PathBuf {
@@ -71,7 +74,39 @@ impl Server {
         Self::start_with(false, Some((cert_pem, key_pem)))
     }
 
+    /// A server that listens on `addr` too (an address of this host's,
+    /// such as a bridge to network namespaces) and lets clients from the
+    /// network `allow` (`10.0.0.0/24`) connect there.
+    pub fn start_reachable(addr: &str, allow: &str) -> Server {
+        let mut server = Self::prepare(false, None);
+        std::fs::write(
+            server.dir.join("pg_hba.conf"),
+            format!("local all all trust\nhost all all 127.0.0.1/32 trust\nhost all all {allow} trust\n"),
+        )
+        .unwrap();
+        let _ = Command::new("chown")
+            .args(["-R", "postgres:postgres"])
+            .arg(&server.dir)
+            .output();
+        server.reachable = Some((addr.to_string(), allow.to_string()));
+        server.up();
+        server
+    }
+
+    /// The URL of this server at its other address (see
+    /// [`Server::start_reachable`]).
+    pub fn url_at(&self, addr: &str) -> String {
+        format!("postgres://postgres@{addr}:{}/postgres", self.port)
+    }
+
     fn start_with(durable: bool, tls: Option<(&str, &str)>) -> Server {
+        let server = Self::prepare(durable, tls);
+        server.up();
+        server
+    }
+
+    /// A data directory made and configured, the server not started.
+    fn prepare(durable: bool, tls: Option<(&str, &str)>) -> Server {
         let bin = bin_dir();
         let dir = std::env::temp_dir().join(format!(
             "troubadour-pg-{}-{}",
@@ -129,24 +164,30 @@ impl Server {
                 .arg(&dir)
                 .output();
         }
-        let server = Server {
+        Server {
             dir,
             bin,
             port,
             durable,
             tls: tls.is_some(),
-        };
-        server.up();
-        server
+            reachable: None,
+        }
     }
 
     pub fn up(&self) {
+        let listen = match &self.reachable {
+            Some((addr, _)) => format!("127.0.0.1,{addr}"),
+            None => "127.0.0.1".to_string(),
+        };
         let mut opts = format!(
-            "-p {} -k {} -c listen_addresses=127.0.0.1 -c fsync={}",
+            "-p {} -k {} -c listen_addresses={listen} -c fsync={}",
             self.port,
             self.dir.display(),
             if self.durable { "on" } else { "off" }
         );
+        if self.reachable.is_some() {
+            opts += &format!(" -c hba_file={}/pg_hba.conf", self.dir.display());
+        }
         if self.tls {
             let d = self.dir.display();
             opts += &format!(

@@ -323,6 +323,10 @@ impl NodeProcess {
         self.answer()
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn signal(&self, signal: &str) {
         let status = Command::new("kill")
             .args([signal, &self.child.id().to_string()])
@@ -427,8 +431,15 @@ pub struct Host {
 }
 
 /// One cluster of five processes at a time: two at once on a small
-/// machine starve each other's failure detectors.
+/// machine starve each other's failure detectors (and tier 3's would
+/// share their namespaces' names and addresses).
 static ONE_CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Held by a test for as long as its cluster, and whatever it runs in,
+/// exists.
+pub fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// Five node processes, their PostgreSQL server, and what the test sent
 /// them.
@@ -438,7 +449,6 @@ pub struct Five {
     pg: postgres::Server,
     runtime: tokio::runtime::Runtime,
     dir: PathBuf,
-    _one: std::sync::MutexGuard<'static, ()>,
 }
 
 impl Five {
@@ -446,8 +456,8 @@ impl Five {
     /// `hosts` (the first one the others' seed), reaching the store at
     /// `store_url`; returns once all five see five members and balanced
     /// shards. The ledger spreads increments over `counters` counters.
+    /// The caller holds [`one_cluster_at_a_time`].
     pub fn start(pg: postgres::Server, store_url: &str, hosts: &[Host], counters: u64) -> Five {
-        let one = ONE_CLUSTER.lock().unwrap_or_else(|p| p.into_inner());
         let runtime = tokio::runtime::Runtime::new().unwrap();
         runtime.block_on(async {
             // The journal's and the lease store's schemas, before five
@@ -488,7 +498,6 @@ impl Five {
             pg,
             runtime,
             dir,
-            _one: one,
         };
         five.wait_settled("five settled nodes", "5");
         five
