@@ -183,6 +183,7 @@ impl Network {
             .map(|(i, ns)| Host {
                 ip: node_ip(i),
                 netns: Some(ns.clone()),
+                ..Host::default()
             })
             .collect()
     }

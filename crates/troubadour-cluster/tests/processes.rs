@@ -12,7 +12,15 @@ use std::time::Instant;
 mod common;
 mod postgres;
 mod tiers;
-use tiers::{Five, Host, LEASE};
+use tiers::{set_wall_clock, Five, Host, LEASE};
+
+/// This process's wall clock, in seconds since the epoch.
+fn wall_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
 
 /// A node of the cluster, when a test below starts this binary as one;
 /// nothing otherwise.
@@ -51,12 +59,25 @@ fn five_processes_split_three_two_by_the_transport_lose_nothing_acknowledged() {
     five_processes(Pause::Partition);
 }
 
+/// The mid-round pause with wall clocks jumped 300 s: n3's back while it
+/// is stopped, n1's back and n2's forward while they run (libfaketime;
+/// the monotonic clocks run on). A node keeps its lease by its monotonic
+/// clock, so the resumed n3 still gives up its shards and its stale
+/// writes are still refused; the running nodes keep theirs. Nothing
+/// acknowledged is lost, every journal stays linear and the lease store
+/// never had two valid epochs.
+#[test]
+fn wall_clocks_jumped_300_s_either_way_around_a_pause_write_nothing_stale() {
+    five_processes(Pause::MidRoundWithClockJumps);
+}
+
 #[derive(PartialEq)]
 enum Pause {
     /// No pause, no kill: a 3|2 partition by the fault switch.
     Partition,
     BetweenRounds,
     MidRound,
+    MidRoundWithClockJumps,
 }
 
 fn five_processes(pause: Pause) {
@@ -66,10 +87,18 @@ fn five_processes(pause: Pause) {
     let _one = tiers::one_cluster_at_a_time();
     let pg = postgres::Server::start();
     let url = pg.url();
+    let jumps = pause == Pause::MidRoundWithClockJumps;
+    let clocks = std::env::temp_dir().join(format!("troubadour-clocks-{}", std::process::id()));
     let hosts: Vec<Host> = (1..=5)
         .map(|i| Host {
             ip: format!("127.0.0.{i}"),
-            netns: None,
+            wall_clock: jumps.then(|| {
+                std::fs::create_dir_all(&clocks).unwrap();
+                let file = clocks.join(format!("n{}", i - 1));
+                std::fs::write(&file, "+0\n").unwrap();
+                file
+            }),
+            ..Host::default()
         })
         .collect();
     let mut five = Five::start(pg, &url, &hosts, 300);
@@ -111,7 +140,7 @@ fn five_processes(pause: Pause) {
 
     // n3 stopped for three leases, while the others go on; then resumed
     // (mid-round: with what it was doing still to do).
-    let mid_round = pause == Pause::MidRound;
+    let mid_round = pause == Pause::MidRound || jumps;
     if mid_round {
         for i in 0..4 {
             five.ledger.send(&mut five.nodes, i, 60);
@@ -119,6 +148,11 @@ fn five_processes(pause: Pause) {
     }
     five.nodes[3].as_ref().unwrap().signal("-STOP");
     let stopped = Instant::now();
+    if jumps {
+        set_wall_clock(&hosts[3], "-300");
+        set_wall_clock(&hosts[1], "-300");
+        set_wall_clock(&hosts[2], "+300");
+    }
     if mid_round {
         for i in 0..3 {
             five.ledger.collect(&mut five.nodes, i);
@@ -135,6 +169,19 @@ fn five_processes(pause: Pause) {
         five.round(&[0, 1, 2, 3], 60);
     }
     five.wait_settled("four settled nodes", "4");
+    if jumps {
+        // The clocks did jump.
+        let now = wall_now();
+        for (i, offset) in [(1, -300), (2, 300), (3, -300), (0, 0)] {
+            let wall: i64 = five.nodes[i].as_mut().unwrap().ask("wall").parse().unwrap();
+            assert!(
+                (wall - now - offset).abs() < 30,
+                "n{i}'s wall clock is {} s from the real one, not {offset} s",
+                wall - now
+            );
+        }
+        let _ = std::fs::remove_dir_all(&clocks);
+    }
     assert!(
         five.shards_taken_over() > 0,
         "no shard was taken over from a lost owner: the scenario proved nothing"

@@ -172,6 +172,11 @@ pub fn node_process() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let answer = match words.as_slice() {
             ["members"] => cluster.membership().members().len().to_string(),
+            // This process's wall clock, in seconds since the epoch.
+            ["wall"] => std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(-1, |d| d.as_secs() as i64)
+                .to_string(),
             // This node's links to the nodes named closed, and kept closed.
             ["cut", names @ ..] => format!("cut {}", remote.cut_links_to(names)),
             ["heal"] => {
@@ -268,6 +273,15 @@ impl NodeProcess {
         .stderr(Stdio::inherit());
         if let Some(seed) = seed {
             cmd.env("TROUBADOUR_TIER_SEED", seed.to_string());
+        }
+        if let Some(offset) = &host.wall_clock {
+            // libfaketime moves the wall clock only (CLOCK_REALTIME), by
+            // the offset in the file, read again every second; the
+            // monotonic clock, by which the node keeps its lease, runs on.
+            cmd.env("LD_PRELOAD", faketime_library())
+                .env("FAKETIME_TIMESTAMP_FILE", offset)
+                .env("FAKETIME_CACHE_DURATION", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
         }
         let mut child = cmd.spawn().unwrap();
         let stdin = child.stdin.take().unwrap();
@@ -423,11 +437,33 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Where a node runs: the address it listens on, and the network
-/// namespace it runs in (tier 3), if any.
+/// Where a node runs: the address it listens on, the network namespace
+/// it runs in (tier 3), if any, and a file holding its wall clock's
+/// offset (`+300`, `-300`: seconds) if the test moves that clock.
+#[derive(Default)]
 pub struct Host {
     pub ip: String,
     pub netns: Option<String>,
+    pub wall_clock: Option<PathBuf>,
+}
+
+/// libfaketime's library for threaded programs (Debian's `libfaketime`).
+fn faketime_library() -> PathBuf {
+    std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketimeMT.so.1"))
+        .find(|p| p.exists())
+        .expect(
+            "libfaketime is not installed: `apt-get install libfaketime` (scripts/test does it)",
+        )
+}
+
+/// Moves a node's wall clock to `offset` seconds from the real one
+/// (`"+300"`, `"-300"`); the node reads it within a second.
+pub fn set_wall_clock(host: &Host, offset: &str) {
+    std::fs::write(host.wall_clock.as_ref().unwrap(), format!("{offset}\n")).unwrap();
 }
 
 /// One cluster of five processes at a time: two at once on a small
