@@ -502,12 +502,9 @@ impl Five {
             drop(PostgresStore::connect(&pg.url()).await.unwrap());
             let store = PostgresLeaseStore::connect(&pg.url()).await.unwrap();
             store.join(ShardCount::new(SHARDS).unwrap()).await.unwrap();
-            let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-                .await
-                .unwrap();
-            tokio::spawn(connection);
-            client.batch_execute(HISTORY).await.unwrap();
         });
+        let client = sql_client(&runtime, &pg);
+        runtime.block_on(client.batch_execute(HISTORY)).unwrap();
         let dir = std::env::temp_dir().join(format!("troubadour-tiers-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let ca = DevCa::new("tiers test CA").unwrap();
@@ -595,12 +592,8 @@ impl Five {
             ledger.sent.len()
         );
         assert!(acked > 0, "nothing was acknowledged");
+        let client = sql_client(&self.runtime, &self.pg);
         let (journals, history) = self.runtime.block_on(async {
-            let (client, connection) =
-                tokio_postgres::connect(&self.pg.url(), tokio_postgres::NoTls)
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
             let journals = client
                 .query(
                     "SELECT persistence_id, sequence, epoch FROM troubadour_journal
@@ -652,22 +645,27 @@ impl Five {
     /// them (moved because their owner's lease ran out): for scenarios
     /// meant to move shards that way.
     pub fn shards_taken_over(&self) -> usize {
-        self.runtime.block_on(async {
-            let (client, connection) =
-                tokio_postgres::connect(&self.pg.url(), tokio_postgres::NoTls)
-                    .await
-                    .unwrap();
-            tokio::spawn(connection);
-            let row = client
-                .query_one(
-                    "SELECT count(*) FROM tiers_lease_history WHERE what = 'taken over'",
-                    &[],
-                )
-                .await
-                .unwrap();
-            row.get::<_, i64>(0) as usize
-        })
+        let client = sql_client(&self.runtime, &self.pg);
+        let row = self
+            .runtime
+            .block_on(client.query_one(
+                "SELECT count(*) FROM tiers_lease_history WHERE what = 'taken over'",
+                &[],
+            ))
+            .unwrap();
+        row.get::<_, i64>(0) as usize
     }
+}
+
+/// A connection to the test's own PostgreSQL server, driven by `runtime`.
+fn sql_client(runtime: &tokio::runtime::Runtime, pg: &postgres::Server) -> tokio_postgres::Client {
+    runtime.block_on(async {
+        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    })
 }
 
 impl Drop for Five {
