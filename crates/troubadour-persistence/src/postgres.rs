@@ -118,6 +118,9 @@ enum Answer {
 /// Batches of recovery reads running at once.
 const READ_BATCHES: usize = 4;
 
+/// The most reads one query takes.
+const MAX_READ_BATCH: usize = 256;
+
 enum Write {
     Fence(String, u64, Reply<Fenced>),
     Append(Append, Reply<()>),
@@ -323,13 +326,13 @@ struct Standing {
 
 async fn read_loop(pool: Pool, mut queue: mpsc::UnboundedReceiver<(Read, Reply<Answer>)>) {
     let permits = std::sync::Arc::new(tokio::sync::Semaphore::new(READ_BATCHES));
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    while queue.recv_many(&mut batch, MAX_BATCH).await > 0 {
+    let mut batch = Vec::with_capacity(MAX_READ_BATCH);
+    while queue.recv_many(&mut batch, MAX_READ_BATCH).await > 0 {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             return;
         };
         // What queued while waiting for a permit joins this batch.
-        while batch.len() < MAX_BATCH {
+        while batch.len() < MAX_READ_BATCH {
             match queue.try_recv() {
                 Ok(r) => batch.push(r),
                 Err(_) => break,
@@ -533,8 +536,11 @@ async fn run_batch(
     if !fenced_ids.is_empty() {
         for row in tx
             .query(
-                "SELECT persistence_id, MIN(sequence) FROM troubadour_journal
-                 WHERE persistence_id = ANY($1) GROUP BY persistence_id",
+                "SELECT q.id, j.sequence FROM unnest($1::text[]) AS q(id)
+                 CROSS JOIN LATERAL (
+                     SELECT sequence FROM troubadour_journal
+                     WHERE persistence_id = q.id ORDER BY sequence LIMIT 1
+                 ) AS j",
                 &[&fenced_ids],
             )
             .await
