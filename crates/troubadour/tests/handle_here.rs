@@ -43,11 +43,16 @@ impl Handler<Hold> for Where {
 }
 
 /// Asks until a turn runs here (the actor's start, on a worker, may still
-/// hold it at first), within the liveness guard.
+/// hold it at first), within the liveness guard. "Here" is the thread
+/// that sends each ask: after a yield, tokio may resume the task on its
+/// other worker thread (under load it did, and stayed there).
 async fn until_handled_here(actor: &ActorRef<Where>) {
     let deadline = Instant::now() + LIVENESS;
-    let me = thread::current().id();
-    while handle_here(|| actor.ask(WhereAmI)).await.unwrap() != me {
+    loop {
+        let me = thread::current().id();
+        if handle_here(|| actor.ask(WhereAmI)).await.unwrap() == me {
+            return;
+        }
         assert!(Instant::now() < deadline, "liveness guard");
         tokio::task::yield_now().await;
     }
