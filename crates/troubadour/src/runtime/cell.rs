@@ -1185,7 +1185,7 @@ impl<A: Actor> Runnable for ActorCell<A> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             if self.run_guarded(budget) || self.release() {
-                Turn::Again
+                Turn::Again(self)
             } else {
                 Turn::Idle
             }

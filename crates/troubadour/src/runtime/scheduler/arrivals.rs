@@ -107,7 +107,9 @@ impl Arrival {
             k.turn_end.run();
             turn
         });
-        if let Turn::Again = turn {
+        // `task` is still borrowed by `shared`, so the turn ran on a clone
+        // (this path is the rare one: a thread that is not a worker).
+        if let Turn::Again(task) = turn {
             to_workers(task);
         }
     }
