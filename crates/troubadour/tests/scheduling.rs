@@ -100,3 +100,53 @@ fn two_workers_each_take_a_ready_actor() {
 fn four_workers_each_take_a_ready_actor() {
     every_worker_takes_a_ready_actor(4, 200);
 }
+
+/// Tells an attendee from inside its own turn, then attends the same
+/// meeting: the attendee goes to this worker's next-actor slot, and only
+/// another worker, woken for it, can run it while this turn waits.
+struct Host {
+    guest: ActorRef<Attendee>,
+    met: mpsc::Sender<bool>,
+}
+impl Actor for Host {}
+impl Handler<Attend> for Host {
+    fn handle(&mut self, Attend(meeting): Attend, _: &mut Context<Self>) {
+        let _ = self.guest.tell(Attend(meeting.clone()));
+        let _ = self.met.send(meeting.attend());
+    }
+}
+
+/// The wake-up check of a send from a running turn, against the other
+/// worker going to sleep at the same moment (decision 0041: producers
+/// skip their fence when they read no sleeper, sleepers fence every
+/// thread). A wake-up lost there leaves the guest in the slot until the
+/// host's turn ends, which it never does before they meet.
+#[test]
+fn an_actor_woken_by_a_turn_runs_beside_it_while_the_turn_waits() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let (met, meetings) = mpsc::channel();
+    let guest = system.spawn(Attendee { met: met.clone() }).unwrap();
+    let host = system.spawn(Host { guest, met }).unwrap();
+    for round in 0..500 {
+        host.tell(Attend(Meeting::new(2))).unwrap();
+        for _ in 0..2 {
+            let all_met = meetings
+                .recv_timeout(LIVENESS * 2)
+                .expect("a handler never ran: the system hung");
+            assert!(
+                all_met,
+                "round {round}: the actor a turn woke waited in its slot while the \
+                 other worker slept"
+            );
+        }
+        // Reach the other worker at every stage: searching, about to
+        // sleep, asleep.
+        match round % 4 {
+            1 => std::thread::yield_now(),
+            2 => std::thread::sleep(std::time::Duration::from_micros(20)),
+            3 => std::thread::sleep(std::time::Duration::from_millis(1)),
+            _ => {}
+        }
+    }
+    system.shutdown(LIVENESS).expect("every actor stops");
+}

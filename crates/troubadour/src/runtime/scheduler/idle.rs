@@ -56,19 +56,41 @@
 //! `idle_protocol_wakes_a_sleeper_for_work_left_behind` checks both cases:
 //! two workers, two tasks, and a worker that takes a task never comes back.
 //!
+//! One fence fewer per wake-up check. Every scheduled actor asks
+//! [`Idle::worker_to_wake`], and its `SeqCst` fence was a tenth of a ring
+//! hop (decision 0041); sleeping is rare by comparison. Where the process
+//! can issue a barrier on all its threads at once (`process_barrier`), a
+//! sleeper does that instead of its fence, and a producer first reads
+//! `num_sleeping` after only a compiler fence: if it reads 0 it is done,
+//! otherwise it goes on with the fence and the checks above. Reading 0
+//! cannot lose a wake-up: by the argument in `process_barrier.rs`, either
+//! the producer's push is visible to the re-check of any worker that
+//! registered, or its read saw that registration. Searchers are not
+//! involved: a producer that reads 0 sleepers wakes no one whatever it
+//! would read of the searchers, and a worker that was awake then and goes
+//! to sleep later re-checks after its own barrier. Where that barrier is
+//! not available (off Linux, under loom and Miri) both sides fence, as the
+//! loom models check.
+//!
 //! A worker also takes itself off the sleepers' list whenever its park
 //! returns ([`Idle::woke`]): a park can return on an unpark token left from
 //! a wake-up the worker had cancelled, and the entry it registered since
 //! would otherwise stay, so a waker could pick it, awake, over a worker
 //! that sleeps.
 
+use crate::primitives::process_barrier;
 use crate::primitives::sync::{fence, AtomicUsize, Mutex, Ordering};
+use std::sync::atomic::{compiler_fence, AtomicBool};
 
 pub struct Idle {
     /// Indices of the workers that are (about to be) parked.
     sleepers: Mutex<Vec<usize>>,
     num_sleeping: AtomicUsize,
     num_searching: AtomicUsize,
+    /// Sleepers register with a barrier on every thread of the process,
+    /// so producers skip their fence when nobody sleeps (see above).
+    /// Cleared for good if the kernel ever refuses that barrier.
+    asymmetric: AtomicBool,
 }
 
 impl Idle {
@@ -77,7 +99,19 @@ impl Idle {
             sleepers: Mutex::new(Vec::with_capacity(workers)),
             num_sleeping: AtomicUsize::new(0),
             num_searching: AtomicUsize::new(0),
+            asymmetric: AtomicBool::new(process_barrier::available()),
         }
+    }
+
+    /// The sleeper's side of the handshake: a barrier on every thread, or
+    /// a fence where producers fence too.
+    fn sleeper_barrier(&self) {
+        if self.asymmetric.load(Ordering::Relaxed) && !process_barrier::heavy() {
+            // Refused after registering, which the kernel does not do: go
+            // back to fences on both sides from now on.
+            self.asymmetric.store(false, Ordering::SeqCst);
+        }
+        fence(Ordering::SeqCst);
     }
 
     fn sleepers(&self) -> crate::primitives::sync::MutexGuard<'_, Vec<usize>> {
@@ -124,7 +158,7 @@ impl Idle {
             sleepers.push(me);
             self.num_sleeping.fetch_add(1, Ordering::SeqCst);
         }
-        fence(Ordering::SeqCst);
+        self.sleeper_barrier();
     }
 
     /// Worker `me` found work after registering: it will not park.
@@ -153,6 +187,14 @@ impl Idle {
     /// if no worker is searching and one sleeps. Taken off the list, so two
     /// wakers wake two workers.
     pub fn worker_to_wake(&self) -> Option<usize> {
+        if self.asymmetric.load(Ordering::Relaxed) {
+            // The push stays before this read in the program; the
+            // sleepers' barrier orders it in the hardware (see above).
+            compiler_fence(Ordering::SeqCst);
+            if self.num_sleeping.load(Ordering::Relaxed) == 0 {
+                return None;
+            }
+        }
         fence(Ordering::SeqCst);
         if self.num_searching.load(Ordering::SeqCst) != 0
             || self.num_sleeping.load(Ordering::SeqCst) == 0
