@@ -103,8 +103,9 @@ impl Idle {
         }
     }
 
-    /// The sleeper's side of the handshake: a barrier on every thread, or
-    /// a fence where producers fence too.
+    /// The sleeper's side of the handshake: a barrier on every thread where
+    /// producers skip their fence, and always this thread's own fence (the
+    /// one the fallback needs; after the barrier it costs next to nothing).
     fn sleeper_barrier(&self) {
         if self.asymmetric.load(Ordering::Relaxed) && !process_barrier::heavy() {
             // Refused after registering, which the kernel does not do: go
