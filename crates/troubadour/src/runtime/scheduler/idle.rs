@@ -108,8 +108,9 @@ impl Idle {
     /// one the fallback needs; after the barrier it costs next to nothing).
     fn sleeper_barrier(&self) {
         if self.asymmetric.load(Ordering::Relaxed) && !process_barrier::heavy() {
-            // Refused after registering, which the kernel does not do: go
-            // back to fences on both sides from now on.
+            // Refused after registering, which the kernel documents no case
+            // of: fences on both sides from now on. A send that read the
+            // flag just before this store may still skip its check once.
             self.asymmetric.store(false, Ordering::SeqCst);
         }
         fence(Ordering::SeqCst);
