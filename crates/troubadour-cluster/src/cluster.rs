@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::task::{Context as TaskContext, Poll};
 use std::time::Duration;
 use troubadour::prelude::*;
-use troubadour::{Ask, AskError, Deadline, Handles, SystemHandle};
+use troubadour::{Ask, AskError, Deadline, EntityId, Handles, SystemHandle};
 use troubadour_remote::{Remote, RemoteBuilder, RemoteError, RemoteMessage};
 
 use crate::best_effort::BestEffortPlacement;
@@ -184,6 +184,11 @@ impl ClusterBuilder {
     /// Asks waiting in its mailbox end with an error, and its next message
     /// activates it afresh from `factory` (and its store). However many
     /// entities fail, their region keeps serving the others.
+    ///
+    /// Each activation carries the entity's identity (its kind and id,
+    /// [`Context::entity`](troubadour::Context::entity)), which per-entity
+    /// services key its state by: an entity sets its own durable
+    /// reminders with troubadour-persistence's `ctx.remind(..)`.
     pub fn entity<A: Entity>(self, factory: impl Fn(&str) -> A + Send + Sync + 'static) -> Self {
         self.kind::<A>(move |id, _| factory(id), false)
     }
@@ -235,11 +240,14 @@ impl ClusterBuilder {
                 // its region, a failing activation would loop, and enough
                 // failures among thousands of entities would exceed the
                 // region's intensity and take every entity of the node down.
+                // Its identity: what it reads with `ctx.entity()` and what
+                // per-entity state (durable reminders) is keyed by.
                 let (factory, id) = (factory.clone(), id.to_string());
                 ctx.spawn_factory_with_options(
                     SpawnOptions::new()
                         .restart(Restart::Temporary)
-                        .deadline(lease.clone()),
+                        .deadline(lease.clone())
+                        .entity(EntityId::new(A::KIND, id.clone())),
                     move || factory(&id, at),
                 )
                 .map(|r| Box::new(r) as AnyEntity)

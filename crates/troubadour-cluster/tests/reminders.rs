@@ -3,7 +3,9 @@
 //! loopback with mutual TLS, one store shared as a database would be. Each
 //! tick is fired by the node that hosts the entity, activates it when it
 //! was passivated, and is delivered once; when a node leaves, the new
-//! owners go on firing.
+//! owners go on firing. Each vehicle sets its reminder itself, from its
+//! context (`ctx.remind`), under the identity the cluster activated it
+//! with.
 
 use serde::{Deserialize, Serialize};
 use std::collections::HashSet;
@@ -11,7 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use troubadour::prelude::*;
 use troubadour_cluster::{Cluster, Entity, EntityMessages, MemoryLeaseStore};
-use troubadour_persistence::{MemoryStore, Reminders};
+use troubadour_persistence::{MemoryStore, Remind, Reminders};
 use troubadour_remote::dev_certs::DevCa;
 use troubadour_remote::{Remote, RemoteMessage};
 
@@ -30,6 +32,19 @@ impl Message for Tick {
 }
 impl RemoteMessage for Tick {
     const NAME: &'static str = "reminders-test.Tick";
+}
+
+/// Tells a vehicle to remind itself from `first` on, every `every_ms`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Enroll {
+    first: SystemTime,
+    every_ms: u64,
+}
+impl Message for Enroll {
+    type Reply = Result<(), String>;
+}
+impl RemoteMessage for Enroll {
+    const NAME: &'static str = "reminders-test.Enroll";
 }
 
 /// Every tick handled: (vehicle, due, fired by, handled on), and every
@@ -63,10 +78,18 @@ impl Handler<Tick> for Vehicle {
             .push((self.id.clone(), t.due, t.fired_by, here));
     }
 }
+impl AsyncHandler<Enroll> for Vehicle {
+    async fn handle(&mut self, e: Enroll, ctx: &mut Context<Self>) -> Result<(), String> {
+        let every = Duration::from_millis(e.every_ms);
+        ctx.remind("report", e.first, Some(every))
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
 impl Entity for Vehicle {
     const KIND: &'static str = "vehicle";
     fn messages(m: &mut EntityMessages<Self>) {
-        m.handle::<Tick>();
+        m.handle::<Tick>().handle_async::<Enroll>();
     }
 }
 
@@ -86,7 +109,7 @@ fn node(
 ) -> Node {
     let system = ActorSystem::builder().name(name).build();
     let remote = tls_remote(&system, ca, "reminders-test", name, |b| {
-        b.register::<Tick>()
+        b.register::<Tick>().register::<Enroll>()
     });
     let c = census.clone();
     let starting = Cluster::builder(leases.clone())
@@ -100,7 +123,7 @@ fn node(
         })
         .start(&system, &remote);
     let cluster = system.block_on(starting).unwrap();
-    let reminders = Reminders::start(db.clone(), Duration::from_millis(20), system.tokio_handle());
+    let reminders = Reminders::start(&system, db.clone(), Duration::from_millis(20));
     let owner = cluster.clone();
     reminders.owned_by(move |_, id| owner.hosts(id).is_some());
     let (to, me) = (cluster.clone(), name.to_string());
@@ -142,19 +165,27 @@ fn reminders_fire_on_the_owner_once_per_tick_and_go_on_after_a_node_leaves() {
     let all: Vec<&Node> = nodes.iter().collect();
     eventually("the cluster settles", || settled(&all, 3));
 
-    // Twelve vehicles, a tick every 300 ms each, registered from one node.
+    // Twelve vehicles, told from one node to remind themselves every
+    // 300 ms: each sets its reminder on the node that hosts it.
     let start = SystemTime::now();
     for i in 0..12 {
-        nodes[0]
-            .system
-            .block_on(nodes[0].reminders.remind(
-                "vehicle",
-                &format!("v{i}"),
-                "report",
-                start,
-                Some(Duration::from_millis(300)),
-            ))
+        let id = format!("v{i}");
+        let enrolled = nodes[0]
+            .cluster
+            .entity::<Vehicle>(id.as_str())
+            .ask(Enroll {
+                first: start,
+                every_ms: 300,
+            })
+            .timeout(Duration::from_secs(10))
+            .wait()
             .unwrap();
+        assert_eq!(enrolled, Ok(()));
+        let set = nodes[0]
+            .system
+            .block_on(nodes[0].reminders.list("vehicle", &id))
+            .unwrap();
+        assert_eq!(set.len(), 1, "{id}'s reminder is kept under its entity");
     }
     eventually("36 ticks", || census.ticks.lock().unwrap().len() >= 36);
 

@@ -244,3 +244,49 @@ impl From<JournalError> for RecoveryError {
         RecoveryError::Journal(e)
     }
 }
+
+/// Why an actor could not set, cancel or list its own reminders through
+/// its context ([`Remind`](crate::Remind)).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReminderError {
+    /// The actor has no identity beyond this activation, so there is
+    /// nothing to keep its reminders under: reminders belong to virtual
+    /// actors. Activate it through the cluster (`Cluster::entity`), or
+    /// spawn it with `SpawnOptions::entity`.
+    NotAnEntity {
+        /// The actor that asked.
+        actor: troubadour::ActorId,
+    },
+    /// No reminder service runs on the actor's system: start one with
+    /// [`Reminders::start`](crate::Reminders::start) on that system.
+    NoService,
+    /// The reminder store refused or failed (see [`JournalError`]).
+    Store(JournalError),
+}
+
+impl fmt::Display for ReminderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReminderError::NotAnEntity { actor } => write!(
+                f,
+                "actor {actor} has no entity identity to keep reminders under: activate it \
+                 through the cluster, or spawn it with `SpawnOptions::entity`"
+            ),
+            ReminderError::NoService => write!(
+                f,
+                "no reminder service runs on this actor's system: start one with \
+                 `Reminders::start` on that system"
+            ),
+            ReminderError::Store(e) => fmt::Display::fmt(e, f),
+        }
+    }
+}
+
+impl std::error::Error for ReminderError {}
+
+impl From<JournalError> for ReminderError {
+    fn from(e: JournalError) -> Self {
+        ReminderError::Store(e)
+    }
+}

@@ -37,7 +37,7 @@ pub mod stats;
 pub mod store;
 mod write_behind;
 
-pub use error::{DecodeError, JournalError, PersistError, RecoveryError};
+pub use error::{DecodeError, JournalError, PersistError, RecoveryError, ReminderError};
 pub use event::{Event, StoredEvent, POSTCARD};
 pub use memory::MemoryStore;
 pub use persistent::{EventSourced, Persistence, Persistent, SnapshotPolicy};
@@ -47,7 +47,7 @@ pub use reliable::{
     Ack, Deduplicated, Delivered, Delivery, DurableProducer, Outbox, OutboxEvent, Produce,
     ProduceDurably, ReliableProducer, Unconfirmed,
 };
-pub use reminders::{ActorReminders, Reminder, ReminderRecord, ReminderStore, Reminders};
+pub use reminders::{ActorReminders, Remind, Reminder, ReminderRecord, ReminderStore, Reminders};
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use stats::StoreStats;
 pub use store::{Append, EventRecord, Fenced, Journal, SnapshotRecord, SnapshotStore};

@@ -16,14 +16,21 @@
 //!
 //! Ticks missed while no node was up fire **once** when a node sees the
 //! reminder again, and the next due time is the first tick after now.
+//!
+//! An actor sets its own reminders through its context ([`Remind`]:
+//! `ctx.remind(name, first, every)`): the service is attached to its
+//! system (`SystemHandle::set_extension`), and the actor is named by the
+//! identity its activator gave it (`Context::entity`: the cluster gives
+//! every entity its kind and id).
 
-use crate::error::JournalError;
+use crate::error::{JournalError, ReminderError};
 use crate::store::StoreFuture;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
-use troubadour::Message;
+use troubadour::{Actor, Context, Message, SystemHandle};
 
 /// A reminder as stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -125,15 +132,12 @@ fn next_tick(due: i64, period: Option<i64>, now: i64) -> Option<i64> {
 }
 
 impl Reminders {
-    /// Starts the service on `runtime` (an actor system's `tokio_handle`),
-    /// looking for due reminders every `poll`. It fires reminders of every
-    /// actor; in a cluster, give [`owned_by`](Reminders::owned_by) the
-    /// cluster's ownership check.
-    pub fn start(
-        store: impl ReminderStore,
-        poll: Duration,
-        runtime: &tokio::runtime::Handle,
-    ) -> Self {
+    /// Starts the service for `system`, looking for due reminders every
+    /// `poll`, and attaches it to the system, where the system's actors
+    /// find it ([`Remind`]; a later `start` on the same system takes its
+    /// place there). It fires reminders of every actor; in a cluster, give
+    /// [`owned_by`](Reminders::owned_by) the cluster's ownership check.
+    pub fn start(system: &SystemHandle, store: impl ReminderStore, poll: Duration) -> Self {
         let shared = Arc::new(Shared {
             store: Arc::new(store),
             kinds: RwLock::new(HashMap::new()),
@@ -141,8 +145,12 @@ impl Reminders {
             polls: AtomicU64::new(0),
             fired: AtomicU64::new(0),
         });
-        runtime.spawn(poll_loop(Arc::downgrade(&shared), poll));
-        Reminders { shared }
+        system
+            .tokio_handle()
+            .spawn(poll_loop(Arc::downgrade(&shared), poll));
+        let reminders = Reminders { shared };
+        system.set_extension(reminders.clone());
+        reminders
     }
 
     /// Fires only reminders of actors `owns(kind, id)` says this node
@@ -202,7 +210,7 @@ impl Reminders {
     /// # use troubadour::prelude::*;
     /// # use troubadour_persistence::{MemoryStore, Reminders};
     /// let system = ActorSystem::new();
-    /// let reminders = Reminders::start(MemoryStore::new(), Duration::from_secs(1), system.tokio_handle());
+    /// let reminders = Reminders::start(&system, MemoryStore::new(), Duration::from_secs(1));
     /// let mine = reminders.of("vehicle", "0012.01214");
     /// system.block_on(mine.remind("report", SystemTime::now(), Some(Duration::from_secs(60)))).unwrap();
     /// assert_eq!(system.block_on(mine.list()).unwrap()[0].name, "report");
@@ -257,6 +265,101 @@ impl ActorReminders {
     /// This actor's reminders.
     pub async fn list(&self) -> Result<Vec<ReminderRecord>, JournalError> {
         self.reminders.list(&self.kind, &self.id).await
+    }
+}
+
+/// An actor's own reminders, from its context: Orleans'
+/// `RegisterOrUpdateReminder` from within a grain. The actor must be a
+/// virtual actor (a cluster's entity, or spawned with
+/// [`SpawnOptions::entity`](troubadour::SpawnOptions::entity)), whose kind
+/// and id key its reminders, and its system must run a [`Reminders`]
+/// service; its reminders then reach it through the deliverer of its kind
+/// ([`Reminders::deliver`]), activating it if it was passivated.
+///
+/// The futures hold nothing of the context, so a synchronous handler may
+/// also hand them to a task.
+///
+/// ```
+/// # use std::time::{Duration, SystemTime};
+/// use troubadour::prelude::*;
+/// use troubadour::EntityId;
+/// use troubadour_persistence::{MemoryStore, Remind, Reminder, ReminderError, Reminders};
+///
+/// struct Vehicle { reports: u32 }
+/// impl Actor for Vehicle {}
+///
+/// struct StartReporting;
+/// impl Message for StartReporting { type Reply = Result<(), ReminderError>; }
+/// impl AsyncHandler<StartReporting> for Vehicle {
+///     async fn handle(&mut self, _: StartReporting, ctx: &mut Context<Self>) -> Result<(), ReminderError> {
+///         ctx.remind("report", SystemTime::now(), Some(Duration::from_secs(60))).await
+///     }
+/// }
+/// impl Handler<Reminder> for Vehicle {
+///     fn handle(&mut self, _: Reminder, _: &mut Context<Self>) { self.reports += 1; }
+/// }
+///
+/// let system = ActorSystem::new();
+/// let reminders = Reminders::start(&system, MemoryStore::new(), Duration::from_secs(1));
+/// // How a vehicle's reminder reaches it (in a cluster: `cluster.entity(id).tell(r)`).
+/// let to = system.handle();
+/// reminders.deliver("vehicle", move |id, r| {
+///     to.whereis::<Vehicle>(id).map(|v| v.tell(r));
+/// });
+/// let id = EntityId::new("vehicle", "0012.01214");
+/// let options = SpawnOptions::new().name("0012.01214").entity(id);
+/// let v = system.spawn_with_options(options, Vehicle { reports: 0 }).unwrap();
+/// v.ask(StartReporting).wait().unwrap().unwrap();
+/// let set = system.block_on(reminders.of("vehicle", "0012.01214").list()).unwrap();
+/// assert_eq!(set[0].name, "report");
+/// # system.shutdown(Duration::from_secs(5)).unwrap();
+/// ```
+pub trait Remind {
+    /// This actor's reminders, as a handle to keep or to move into a
+    /// task.
+    fn reminders(&self) -> Result<ActorReminders, ReminderError>;
+
+    /// Reminds this actor with `name` at `first`, then every `every` (once
+    /// if `None`); replaces its reminder of the same name. Done once the
+    /// store has it.
+    fn remind(
+        &self,
+        name: &str,
+        first: SystemTime,
+        every: Option<Duration>,
+    ) -> impl Future<Output = Result<(), ReminderError>> + Send + 'static {
+        let (reminders, name) = (self.reminders(), name.to_string());
+        async move { Ok(reminders?.remind(&name, first, every).await?) }
+    }
+
+    /// Cancels this actor's reminder `name`; `true` if there was one.
+    fn cancel_reminder(
+        &self,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, ReminderError>> + Send + 'static {
+        let (reminders, name) = (self.reminders(), name.to_string());
+        async move { Ok(reminders?.cancel(&name).await?) }
+    }
+
+    /// This actor's reminders as stored.
+    fn list_reminders(
+        &self,
+    ) -> impl Future<Output = Result<Vec<ReminderRecord>, ReminderError>> + Send + 'static {
+        let reminders = self.reminders();
+        async move { Ok(reminders?.list().await?) }
+    }
+}
+
+impl<A: Actor> Remind for Context<A> {
+    fn reminders(&self) -> Result<ActorReminders, ReminderError> {
+        let entity = self
+            .entity()
+            .ok_or(ReminderError::NotAnEntity { actor: self.id() })?;
+        let service = self
+            .system()
+            .extension::<Reminders>()
+            .ok_or(ReminderError::NoService)?;
+        Ok(service.of(entity.kind(), entity.id()))
     }
 }
 

@@ -40,7 +40,7 @@ fn service(
 ) -> (Reminders, Arc<Mutex<Vec<Reminder>>>) {
     let log = Arc::new(Mutex::new(vec![]));
     let alarm = system.spawn(Alarm { log: log.clone() }).unwrap();
-    let reminders = Reminders::start(store, POLL, system.tokio_handle());
+    let reminders = Reminders::start(system, store, POLL);
     reminders.deliver("alarm", move |_, r| {
         let _ = alarm.tell(r);
     });
@@ -186,7 +186,7 @@ fn two_nodes_never_fire_one_tick_twice() {
         // Every delivery, by either node, as (actor id, tick).
         let fired: Arc<Mutex<Vec<(String, SystemTime)>>> = Arc::default();
         let node = |store: Box<dyn ReminderStore>| {
-            let reminders = Reminders::start(Boxed(store), POLL, system.tokio_handle());
+            let reminders = Reminders::start(&system, Boxed(store), POLL);
             let fired = fired.clone();
             reminders.deliver("alarm", move |id, r| {
                 fired.lock().unwrap().push((id.to_string(), r.due));
@@ -275,4 +275,189 @@ fn a_node_fires_only_the_reminders_of_actors_it_hosts() {
             .len(),
         1
     );
+}
+
+/// A virtual actor that manages its own reminders through its context
+/// and counts the ticks it gets.
+struct Sentinel {
+    ticks: Arc<Mutex<Vec<Reminder>>>,
+}
+impl Actor for Sentinel {}
+impl Handler<Reminder> for Sentinel {
+    fn handle(&mut self, r: Reminder, _: &mut Context<Self>) {
+        self.ticks.lock().unwrap().push(r);
+    }
+}
+
+struct Arm {
+    name: &'static str,
+    every: Duration,
+}
+impl Message for Arm {
+    type Reply = Result<(), ReminderError>;
+}
+impl AsyncHandler<Arm> for Sentinel {
+    async fn handle(&mut self, a: Arm, ctx: &mut Context<Self>) -> Result<(), ReminderError> {
+        ctx.remind(a.name, SystemTime::now(), Some(a.every)).await
+    }
+}
+
+struct Disarm(&'static str);
+impl Message for Disarm {
+    type Reply = Result<bool, ReminderError>;
+}
+impl AsyncHandler<Disarm> for Sentinel {
+    async fn handle(&mut self, d: Disarm, ctx: &mut Context<Self>) -> Result<bool, ReminderError> {
+        ctx.cancel_reminder(d.0).await
+    }
+}
+
+struct Armed;
+impl Message for Armed {
+    type Reply = Result<Vec<String>, ReminderError>;
+}
+impl AsyncHandler<Armed> for Sentinel {
+    async fn handle(
+        &mut self,
+        _: Armed,
+        ctx: &mut Context<Self>,
+    ) -> Result<Vec<String>, ReminderError> {
+        let set = ctx.list_reminders().await?;
+        Ok(set.into_iter().map(|r| r.name).collect())
+    }
+}
+
+fn sentinel(
+    system: &ActorSystem,
+    options: SpawnOptions,
+) -> (ActorRef<Sentinel>, Arc<Mutex<Vec<Reminder>>>) {
+    let ticks = Arc::new(Mutex::new(vec![]));
+    let s = system
+        .spawn_with_options(
+            options,
+            Sentinel {
+                ticks: ticks.clone(),
+            },
+        )
+        .unwrap();
+    (s, ticks)
+}
+
+#[test]
+fn an_actor_sets_lists_and_cancels_its_own_reminders_from_its_context() {
+    let dir = tempfile::tempdir().unwrap();
+    let system = ActorSystem::new();
+    let store = SqliteStore::open(dir.path().join("reminders.db")).unwrap();
+    let reminders = Reminders::start(&system, store, POLL);
+    // Delivered by the entity's id, as a cluster's deliverer does.
+    let to = system.handle();
+    reminders.deliver("sentinel", move |id, r| {
+        if let Some(s) = to.whereis::<Sentinel>(id) {
+            let _ = s.tell(r);
+        }
+    });
+    let (north, ticks) = sentinel(
+        &system,
+        SpawnOptions::new()
+            .name("north")
+            .entity(troubadour::EntityId::new("sentinel", "north")),
+    );
+    // Another entity of the kind, whose reminders are its own.
+    let (south, _) = sentinel(
+        &system,
+        SpawnOptions::new()
+            .name("south")
+            .entity(troubadour::EntityId::new("sentinel", "south")),
+    );
+
+    north
+        .ask(Arm {
+            name: "patrol",
+            every: Duration::from_millis(50),
+        })
+        .wait()
+        .unwrap()
+        .unwrap();
+    south
+        .ask(Arm {
+            name: "rest",
+            every: HOUR,
+        })
+        .wait()
+        .unwrap()
+        .unwrap();
+    // Kept under the actor's entity, as the service's own calls see it.
+    let stored = system
+        .block_on(reminders.list("sentinel", "north"))
+        .unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].name, "patrol");
+    assert_eq!(stored[0].period_ms, Some(50));
+    assert_eq!(north.ask(Armed).wait().unwrap().unwrap(), ["patrol"]);
+    assert_eq!(south.ask(Armed).wait().unwrap().unwrap(), ["rest"]);
+
+    wait_until("the actor's own reminder ticks twice", || {
+        ticks.lock().unwrap().len() >= 2
+    });
+    assert!(ticks.lock().unwrap().iter().all(|r| r.name == "patrol"));
+
+    assert!(north.ask(Disarm("patrol")).wait().unwrap().unwrap());
+    assert!(!north.ask(Disarm("patrol")).wait().unwrap().unwrap());
+    assert!(north.ask(Armed).wait().unwrap().unwrap().is_empty());
+    // The other entity's reminder is untouched.
+    assert_eq!(south.ask(Armed).wait().unwrap().unwrap(), ["rest"]);
+    system.shutdown(Duration::from_secs(5)).unwrap();
+}
+
+#[test]
+fn an_actor_without_an_entity_or_without_a_service_gets_a_typed_error() {
+    let system = ActorSystem::new();
+    // No service on this system yet.
+    let (entity, _) = sentinel(
+        &system,
+        SpawnOptions::new().entity(troubadour::EntityId::new("sentinel", "east")),
+    );
+    let every = Duration::from_millis(50);
+    let e = entity
+        .ask(Arm {
+            name: "patrol",
+            every,
+        })
+        .wait()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e, ReminderError::NoService);
+    assert!(e.to_string().contains("Reminders::start"), "{e}");
+
+    let reminders = Reminders::start(&system, MemoryStore::new(), POLL);
+    // An ordinary actor has no identity to keep reminders under.
+    let (plain, _) = sentinel(&system, SpawnOptions::new());
+    let e = plain
+        .ask(Arm {
+            name: "patrol",
+            every,
+        })
+        .wait()
+        .unwrap()
+        .unwrap_err();
+    assert_eq!(e, ReminderError::NotAnEntity { actor: plain.id() });
+    assert!(e.to_string().contains("SpawnOptions::entity"), "{e}");
+    assert_eq!(
+        plain.ask(Armed).wait().unwrap().unwrap_err(),
+        ReminderError::NotAnEntity { actor: plain.id() }
+    );
+    // The entity now finds the service started after it.
+    entity
+        .ask(Arm {
+            name: "patrol",
+            every,
+        })
+        .wait()
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        system.block_on(reminders.list("sentinel", "east")).unwrap()[0].name,
+        "patrol"
+    );
+    system.shutdown(Duration::from_secs(5)).unwrap();
 }

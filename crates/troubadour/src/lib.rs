@@ -88,6 +88,7 @@ pub use api::actor::{Actor, AsyncHandler, Handler, Message};
 pub use api::actor_ref::{ActorRef, Ask, Recipient};
 pub use api::context::{Context, DeferredReply};
 pub use api::direct::LocalActor;
+pub use api::entity_id::EntityId;
 pub use api::error::{
     AskError, BuildError, RecvError, RegistryError, SendError, ShutdownError, SpawnError,
     TerminateError, TimeError,

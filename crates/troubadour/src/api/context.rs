@@ -148,6 +148,32 @@ impl<A: Actor> Context<A> {
         ActorRef::from_cell(self.arc())
     }
 
+    /// Who this actor is beyond this activation, when the layer that
+    /// spawned it said so: a cluster's entity always has one, an actor
+    /// spawned with [`SpawnOptions::entity`](crate::SpawnOptions::entity)
+    /// has the one given there, others have none.
+    ///
+    /// ```
+    /// use troubadour::prelude::*;
+    /// use troubadour::EntityId;
+    /// struct Vehicle;
+    /// impl Actor for Vehicle {}
+    /// struct WhoAmI;
+    /// impl Message for WhoAmI { type Reply = Option<EntityId>; }
+    /// impl Handler<WhoAmI> for Vehicle {
+    ///     fn handle(&mut self, _: WhoAmI, ctx: &mut Context<Self>) -> Option<EntityId> {
+    ///         ctx.entity().cloned()
+    ///     }
+    /// }
+    /// let system = ActorSystem::new();
+    /// let me = EntityId::new("vehicle", "0012.01214");
+    /// let v = system.spawn_with_options(SpawnOptions::new().entity(me.clone()), Vehicle).unwrap();
+    /// assert_eq!(v.ask(WhoAmI).wait().unwrap(), Some(me));
+    /// ```
+    pub fn entity(&self) -> Option<&crate::EntityId> {
+        self.cell().config.as_ref()?.entity.as_ref()
+    }
+
     /// The system this actor runs in.
     pub fn system(&self) -> SystemHandle {
         SystemHandle::from_core(self.cell().system.clone())

@@ -9,6 +9,7 @@ pub(crate) mod actor;
 pub(crate) mod actor_ref;
 pub(crate) mod context;
 pub(crate) mod direct;
+pub(crate) mod entity_id;
 pub(crate) mod error;
 pub(crate) mod exit;
 pub(crate) mod fn_actor;

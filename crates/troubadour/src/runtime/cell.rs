@@ -91,6 +91,8 @@ pub(crate) struct CellConfig {
     /// Set by [`SpawnOptions::deadline`](crate::SpawnOptions::deadline):
     /// checked before every message.
     pub(crate) deadline: Option<Arc<crate::Deadline>>,
+    /// Set by [`SpawnOptions::entity`](crate::SpawnOptions::entity).
+    pub(crate) entity: Option<crate::EntityId>,
 }
 
 pub(crate) type Factory<A> = Box<dyn FnMut() -> A + Send>;

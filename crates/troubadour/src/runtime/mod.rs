@@ -2,7 +2,7 @@
 //! system (guardian, builder, shutdown), spawning, the scheduler, timers
 //! and the tokio runtime, control signals, message nodes, bounded-mailbox
 //! room, names and dead letters, deadlines that stop actors
-//! (`deadline`), what observers see (`observation`), crash
+//! (`deadline`), values extension crates attach to a system (`extensions`), what observers see (`observation`), crash
 //! reports, and the seam through which
 //! a proxy's sends reach the remote layer (`remote`).
 //!
@@ -15,6 +15,7 @@ pub(crate) mod crash_report;
 pub(crate) mod dead_letters;
 pub(crate) mod deadline;
 pub(crate) mod envelope;
+pub(crate) mod extensions;
 pub(crate) mod graceful;
 pub(crate) mod mailbox_bound;
 pub(crate) mod observation;

@@ -529,6 +529,7 @@ pub fn proxy<A: Actor>(system: &SystemHandle, id: ActorId, route: Arc<dyn Route>
         bound: None,
         dedicated: None,
         route: Some(route),
+        entity: None,
     });
     ActorRef::from_cell(ActorCell::proxy(system.core.clone(), id, config))
 }

@@ -37,6 +37,7 @@ pub struct SpawnOptions {
     pub(crate) blocking: bool,
     pub(crate) unstash_on_restart: bool,
     pub(crate) deadline: Option<Arc<crate::Deadline>>,
+    pub(crate) entity: Option<crate::EntityId>,
 }
 
 impl SpawnOptions {
@@ -100,6 +101,22 @@ impl SpawnOptions {
     /// ```
     pub fn deadline(mut self, deadline: Arc<crate::Deadline>) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// Gives the actor an identity beyond this activation (a virtual
+    /// actor's kind and id), which it reads back with
+    /// [`Context::entity`](crate::Context::entity) and extension crates key
+    /// its state by (durable reminders). The cluster sets it on every
+    /// entity it activates; set it yourself for an actor that stands for
+    /// something with a stable name in a single-process program.
+    ///
+    /// ```
+    /// use troubadour::{EntityId, SpawnOptions};
+    /// let opts = SpawnOptions::new().entity(EntityId::new("vehicle", "0012.01214"));
+    /// ```
+    pub fn entity(mut self, entity: crate::EntityId) -> Self {
+        self.entity = Some(entity);
         self
     }
 
@@ -169,17 +186,22 @@ pub(crate) fn spawn_actor<A: Actor>(
             .map(|p| p.id());
         live.insert::<A>(id, parent)
     });
-    let deadline = options.deadline;
-    let config = (bound.is_some() || parker.is_some() || stats.is_some() || deadline.is_some())
-        .then(|| {
-            Box::new(CellConfig {
-                bound,
-                dedicated: parker.as_ref().map(|p| p.unparker().clone()),
-                route: None,
-                stats,
-                deadline,
-            })
-        });
+    let (deadline, entity) = (options.deadline, options.entity);
+    let config = (bound.is_some()
+        || parker.is_some()
+        || stats.is_some()
+        || deadline.is_some()
+        || entity.is_some())
+    .then(|| {
+        Box::new(CellConfig {
+            bound,
+            dedicated: parker.as_ref().map(|p| p.unparker().clone()),
+            route: None,
+            stats,
+            deadline,
+            entity,
+        })
+    });
     let cell = ActorCell::new(core.clone(), id, actor, config, extras);
     let actor_ref = ActorRef::from_cell(cell.clone());
     if let Some(name) = options.name {

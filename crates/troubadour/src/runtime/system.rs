@@ -14,6 +14,7 @@ use crate::api::node_id::{validate_name, NodeId, MAX_SERIAL, SERIAL_BITS};
 use crate::api::supervision::{RestartLog, SupervisorStrategy};
 use crate::runtime::crash_report::{self, CrashReports};
 use crate::runtime::dead_letters::{DeadLetter, DeadLetters};
+use crate::runtime::extensions::Extensions;
 use crate::runtime::observation::{ActorDetails, ActorSample, RuntimeMetrics};
 use crate::runtime::registry::Registry;
 use crate::runtime::scheduler::Scheduler;
@@ -69,6 +70,8 @@ pub(crate) struct SystemCore {
     outbox: Option<Arc<Outbox>>,
     /// The table of live actors, when the system observes them.
     pub(crate) live: Option<crate::runtime::observation::LiveActors>,
+    /// What extension crates attached (`SystemHandle::set_extension`).
+    extensions: Extensions,
     started: Instant,
 }
 

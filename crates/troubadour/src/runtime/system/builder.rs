@@ -319,6 +319,7 @@ impl ActorSystemBuilder {
             live: self
                 .observe
                 .then(crate::runtime::observation::LiveActors::new),
+            extensions: Default::default(),
             started: Instant::now(),
         });
         Ok(ActorSystem {

@@ -26,6 +26,37 @@ impl SystemHandle {
         self.core.node.clone()
     }
 
+    /// Attaches `value` to this system, one value per type, for any actor
+    /// to find with [`extension`](Self::extension): how an extension crate
+    /// makes a per-system service (a reminder service, a cluster) reachable
+    /// from every handler without threading it through each actor. Returns
+    /// the value it replaces. The system drops what it holds at shutdown
+    /// (a value set after shutdown is dropped at once).
+    ///
+    /// ```
+    /// use troubadour::ActorSystem;
+    /// struct Greeting(&'static str);
+    /// let system = ActorSystem::new();
+    /// assert!(system.set_extension(Greeting("hello")).is_none());
+    /// assert_eq!(system.extension::<Greeting>().unwrap().0, "hello");
+    /// assert!(system.extension::<u64>().is_none());
+    /// ```
+    pub fn set_extension<T: Send + Sync + 'static>(&self, value: T) -> Option<Arc<T>> {
+        let old = self.core.extensions.set(value);
+        // `shutdown` sets the flag before it clears: a value set after the
+        // clear sees the flag here (the lock orders the two).
+        if self.core.is_shutting_down() {
+            self.core.extensions.clear();
+        }
+        old
+    }
+
+    /// The value of type `T` attached to this system with
+    /// [`set_extension`](Self::set_extension), if any.
+    pub fn extension<T: Send + Sync + 'static>(&self) -> Option<Arc<T>> {
+        self.core.extensions.get()
+    }
+
     fn spawn_top<A: Actor>(
         &self,
         options: SpawnOptions,

@@ -99,6 +99,7 @@ impl ActorSystem {
             .shutdown(Some(Instant::now() + Duration::from_millis(100)));
         core.guardian.clear();
         core.registry.clear();
+        core.extensions.clear();
         core.dead_letters.clear();
         core.tokio.shut_down();
         if left > 0 {
