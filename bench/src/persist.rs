@@ -343,7 +343,9 @@ fn floor_events_per_sec(path: &Path, inserts: u64) -> Result<f64, String> {
 /// The peer: Pekko Persistence (typed `EventSourcedBehavior`) with its
 /// JDBC plugin, the same 1,000 actors and events, on a server started the
 /// same way, with the floor measured on it beside (bench/peers/pekko,
-/// `Persist.java`).
+/// `Persist.java`). The JVM does the workload once with other ids first,
+/// unmeasured, to compile what it runs (a cold JVM here spends more than
+/// half of its first 20 s in the JIT).
 fn run_pekko(args: &Args) -> Result<String, String> {
     let per_actor: u64 = if args.quick { 5 } else { 100 };
     let floor_inserts: u64 = if args.quick { 200 } else { 2_000 };
