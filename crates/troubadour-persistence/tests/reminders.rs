@@ -277,17 +277,8 @@ fn a_node_fires_only_the_reminders_of_actors_it_hosts() {
     );
 }
 
-/// A virtual actor that manages its own reminders through its context
-/// and counts the ticks it gets.
-struct Sentinel {
-    ticks: Arc<Mutex<Vec<Reminder>>>,
-}
-impl Actor for Sentinel {}
-impl Handler<Reminder> for Sentinel {
-    fn handle(&mut self, r: Reminder, _: &mut Context<Self>) {
-        self.ticks.lock().unwrap().push(r);
-    }
-}
+// An `Alarm` spawned as a virtual actor manages its own reminders
+// through its context.
 
 struct Arm {
     name: &'static str,
@@ -296,7 +287,7 @@ struct Arm {
 impl Message for Arm {
     type Reply = Result<(), ReminderError>;
 }
-impl AsyncHandler<Arm> for Sentinel {
+impl AsyncHandler<Arm> for Alarm {
     async fn handle(&mut self, a: Arm, ctx: &mut Context<Self>) -> Result<(), ReminderError> {
         ctx.remind(a.name, SystemTime::now(), Some(a.every)).await
     }
@@ -306,7 +297,7 @@ struct Disarm(&'static str);
 impl Message for Disarm {
     type Reply = Result<bool, ReminderError>;
 }
-impl AsyncHandler<Disarm> for Sentinel {
+impl AsyncHandler<Disarm> for Alarm {
     async fn handle(&mut self, d: Disarm, ctx: &mut Context<Self>) -> Result<bool, ReminderError> {
         ctx.cancel_reminder(d.0).await
     }
@@ -316,7 +307,7 @@ struct Armed;
 impl Message for Armed {
     type Reply = Result<Vec<String>, ReminderError>;
 }
-impl AsyncHandler<Armed> for Sentinel {
+impl AsyncHandler<Armed> for Alarm {
     async fn handle(
         &mut self,
         _: Armed,
@@ -330,15 +321,10 @@ impl AsyncHandler<Armed> for Sentinel {
 fn sentinel(
     system: &ActorSystem,
     options: SpawnOptions,
-) -> (ActorRef<Sentinel>, Arc<Mutex<Vec<Reminder>>>) {
+) -> (ActorRef<Alarm>, Arc<Mutex<Vec<Reminder>>>) {
     let ticks = Arc::new(Mutex::new(vec![]));
     let s = system
-        .spawn_with_options(
-            options,
-            Sentinel {
-                ticks: ticks.clone(),
-            },
-        )
+        .spawn_with_options(options, Alarm { log: ticks.clone() })
         .unwrap();
     (s, ticks)
 }
@@ -352,7 +338,7 @@ fn an_actor_sets_lists_and_cancels_its_own_reminders_from_its_context() {
     // Delivered by the entity's id, as a cluster's deliverer does.
     let to = system.handle();
     reminders.deliver("sentinel", move |id, r| {
-        if let Some(s) = to.whereis::<Sentinel>(id) {
+        if let Some(s) = to.whereis::<Alarm>(id) {
             let _ = s.tell(r);
         }
     });
