@@ -318,7 +318,7 @@ impl AsyncHandler<Armed> for Alarm {
     }
 }
 
-fn sentinel(
+fn spawn_alarm(
     system: &ActorSystem,
     options: SpawnOptions,
 ) -> (ActorRef<Alarm>, Arc<Mutex<Vec<Reminder>>>) {
@@ -342,14 +342,14 @@ fn an_actor_sets_lists_and_cancels_its_own_reminders_from_its_context() {
             let _ = s.tell(r);
         }
     });
-    let (north, ticks) = sentinel(
+    let (north, ticks) = spawn_alarm(
         &system,
         SpawnOptions::new()
             .name("north")
             .entity(troubadour::EntityId::new("sentinel", "north")),
     );
     // Another entity of the kind, whose reminders are its own.
-    let (south, _) = sentinel(
+    let (south, _) = spawn_alarm(
         &system,
         SpawnOptions::new()
             .name("south")
@@ -399,33 +399,22 @@ fn an_actor_sets_lists_and_cancels_its_own_reminders_from_its_context() {
 fn an_actor_without_an_entity_or_without_a_service_gets_a_typed_error() {
     let system = ActorSystem::new();
     // No service on this system yet.
-    let (entity, _) = sentinel(
+    let (entity, _) = spawn_alarm(
         &system,
         SpawnOptions::new().entity(troubadour::EntityId::new("sentinel", "east")),
     );
-    let every = Duration::from_millis(50);
-    let e = entity
-        .ask(Arm {
-            name: "patrol",
-            every,
-        })
-        .wait()
-        .unwrap()
-        .unwrap_err();
+    let patrol = || Arm {
+        name: "patrol",
+        every: Duration::from_millis(50),
+    };
+    let e = entity.ask(patrol()).wait().unwrap().unwrap_err();
     assert_eq!(e, ReminderError::NoService);
     assert!(e.to_string().contains("Reminders::start"), "{e}");
 
     let reminders = Reminders::start(&system, MemoryStore::new(), POLL);
     // An ordinary actor has no identity to keep reminders under.
-    let (plain, _) = sentinel(&system, SpawnOptions::new());
-    let e = plain
-        .ask(Arm {
-            name: "patrol",
-            every,
-        })
-        .wait()
-        .unwrap()
-        .unwrap_err();
+    let (plain, _) = spawn_alarm(&system, SpawnOptions::new());
+    let e = plain.ask(patrol()).wait().unwrap().unwrap_err();
     assert_eq!(e, ReminderError::NotAnEntity { actor: plain.id() });
     assert!(e.to_string().contains("SpawnOptions::entity"), "{e}");
     assert_eq!(
@@ -433,14 +422,7 @@ fn an_actor_without_an_entity_or_without_a_service_gets_a_typed_error() {
         ReminderError::NotAnEntity { actor: plain.id() }
     );
     // The entity now finds the service started after it.
-    entity
-        .ask(Arm {
-            name: "patrol",
-            every,
-        })
-        .wait()
-        .unwrap()
-        .unwrap();
+    entity.ask(patrol()).wait().unwrap().unwrap();
     assert_eq!(
         system.block_on(reminders.list("sentinel", "east")).unwrap()[0].name,
         "patrol"
