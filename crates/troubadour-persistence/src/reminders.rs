@@ -91,7 +91,8 @@ type Deliver = Arc<dyn Fn(&str, Reminder) + Send + Sync>;
 type Owns = Arc<dyn Fn(&str, &str) -> bool + Send + Sync>;
 
 /// The node's reminder service. Cheap to clone; its task ends when the
-/// last clone is dropped.
+/// last clone is dropped, and its system holds one until it shuts down
+/// (so that the system's actors find it).
 #[derive(Clone)]
 pub struct Reminders {
     shared: Arc<Shared>,
@@ -304,7 +305,9 @@ impl ActorReminders {
 /// // How a vehicle's reminder reaches it (in a cluster: `cluster.entity(id).tell(r)`).
 /// let to = system.handle();
 /// reminders.deliver("vehicle", move |id, r| {
-///     to.whereis::<Vehicle>(id).map(|v| v.tell(r));
+///     if let Some(v) = to.whereis::<Vehicle>(id) {
+///         let _ = v.tell(r);
+///     }
 /// });
 /// let id = EntityId::new("vehicle", "0012.01214");
 /// let options = SpawnOptions::new().name("0012.01214").entity(id);
