@@ -525,7 +525,6 @@ type SyncWal = Box<dyn FnMut() -> std::io::Result<()> + Send>;
 /// Starts the syncer of the writer's WAL, or `None` where there is no WAL
 /// file to sync (the journal mode is not WAL), and SQLite syncs its
 /// commits itself.
-
 fn wal_syncer(
     writer: &Connection,
     path: &Path,
