@@ -1263,16 +1263,22 @@ mod tests {
         let waker = std::task::Waker::noop();
         let mut cx = std::task::Context::from_waker(waker);
         assert!(write.as_mut().poll(&mut cx).is_pending());
-        // The writer is not held by the sync: a second write commits and
-        // waits for the next sync.
+        // The writer is not held by the sync: a second write commits (a
+        // reader sees it) while the first one's sync is still held.
         let second = store.append(append("b", 1));
+        let deadline = std::time::Instant::now() + LIVENESS;
+        while rt.block_on(store.replay("b", 1, 10)).unwrap().is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the writer waited for the sync"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         release_tx.send(()).unwrap();
         assert_eq!(rt.block_on(write), Ok(()));
         entered.recv_timeout(LIVENESS).unwrap();
         release_tx.send(()).unwrap();
         assert_eq!(rt.block_on(second), Ok(()));
-        let replayed = rt.block_on(store.replay("b", 1, 10)).unwrap();
-        assert_eq!(replayed.len(), 1);
     }
 
     #[test]
