@@ -69,6 +69,16 @@ pub struct SqliteOptions {
     /// as the disk allows). A write past it fails with
     /// [`JournalError::StorageFull`], as on a full disk.
     pub max_size: Option<u64>,
+    /// How long the write-ahead log may grow, in bytes, before the writer
+    /// checkpoints it between two batches so that it starts over from its
+    /// beginning (and the file is cut back to this length). Without it, a
+    /// writer that is never idle would grow the log for as long as the
+    /// load lasts. Each such restart holds the writer for a checkpoint of
+    /// the last few batches and two syncs (5–9 ms on the machine of
+    /// BENCHMARKS.md), so a smaller limit saves disk at the cost of
+    /// latency under sustained load. Default 256 MiB (PostgreSQL's
+    /// `max_wal_size` is 1 GB).
+    pub wal_limit: u64,
 }
 
 impl Default for SqliteOptions {
@@ -80,6 +90,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             cache_kib: 64 * 1024,
             max_size: None,
+            wal_limit: 256 << 20,
         }
     }
 }
@@ -211,6 +222,14 @@ impl SqliteStore {
             // Checkpoints run on their own thread (below), not inside the
             // writer's commits.
             .and_then(|_| writer.pragma_update(None, "wal_autocheckpoint", 0))
+            // When the log starts over, its file is cut back to the limit.
+            .and_then(|_| {
+                writer.pragma_update(
+                    None,
+                    "journal_size_limit",
+                    options.wal_limit.min(i64::MAX as u64) as i64,
+                )
+            })
             .and_then(|_| writer.execute_batch(SCHEMA))
             .and_then(|_| add_state_epochs(&writer))
             .and_then(|_| match options.max_size {
@@ -237,24 +256,28 @@ impl SqliteStore {
         writer
             .pragma_update(None, "synchronous", synchronous)
             .map_err(|e| opening(&path, e))?;
+        let checkpointer = Connection::open(&path)
+            .and_then(|c| c.busy_timeout(options.busy_timeout).map(|_| c))
+            .map_err(|e| opening(&path, e))?;
+        let (checkpoints, stop) = crossbeam_channel::bounded::<()>(0);
+        let (wake, woken) = crossbeam_channel::bounded::<()>(1);
+        let runs = Arc::new(CheckpointRuns::default());
+        let counted_runs = runs.clone();
+        std::thread::Builder::new()
+            .name("troubadour-sqlite-checkpointer".into())
+            .spawn(move || checkpoint_loop(checkpointer, stop, woken, &counted_runs))
+            .map_err(|e| {
+                JournalError::Unavailable(format!("cannot start the checkpointer: {e}"))
+            })?;
+        let wal_bound = WalBound::new(&writer, &path, options.wal_limit, wake, runs)?;
         let (writes, write_queue) = crossbeam_channel::unbounded();
         let (reads, read_queue) = crossbeam_channel::unbounded();
         let max_batch = options.max_batch.max(1);
         let counted = stats.clone();
         std::thread::Builder::new()
             .name("troubadour-sqlite-writer".into())
-            .spawn(move || write_loop(writer, write_queue, max_batch, &counted, sync))
+            .spawn(move || write_loop(writer, write_queue, max_batch, &counted, sync, wal_bound))
             .map_err(|e| JournalError::Unavailable(format!("cannot start the writer: {e}")))?;
-        let checkpointer = Connection::open(&path)
-            .and_then(|c| c.busy_timeout(options.busy_timeout).map(|_| c))
-            .map_err(|e| opening(&path, e))?;
-        let (checkpoints, stop) = crossbeam_channel::bounded::<()>(0);
-        std::thread::Builder::new()
-            .name("troubadour-sqlite-checkpointer".into())
-            .spawn(move || checkpoint_loop(checkpointer, stop))
-            .map_err(|e| {
-                JournalError::Unavailable(format!("cannot start the checkpointer: {e}"))
-            })?;
         for i in 0..options.readers.max(1) {
             let reader = Connection::open_with_flags(
                 &path,
@@ -396,10 +419,14 @@ fn write_loop(
     max_batch: usize,
     stats: &StoreStats,
     sync: Option<WalSyncer>,
+    mut wal_bound: Option<WalBound>,
 ) {
     let mut batch = Vec::with_capacity(max_batch);
     let mut known = Known::default();
     while let Ok(first) = queue.recv() {
+        if let Some(bound) = &mut wal_bound {
+            bound.keep(&conn);
+        }
         batch.push(first);
         while batch.len() < max_batch {
             match queue.try_recv() {
@@ -467,6 +494,136 @@ fn write_loop(
     }
 }
 
+/// **A bounded WAL.** SQLite starts its log over from the beginning only
+/// when a write transaction begins with every frame already copied into
+/// the database. The checkpointer copies frames in the background, but a
+/// writer whose queue never empties begins each transaction right after
+/// its last commit, before any checkpoint can have caught up with it, so
+/// the log would grow for as long as the load lasts (at hundreds of MB a
+/// second under workload 14). Past the limit, the writer first wakes the
+/// checkpointer and goes on writing while it copies the bulk of the log
+/// and syncs the database; once that run is over, the writer checkpoints
+/// between two batches itself, copying only the frames of the few batches
+/// written meanwhile. Nothing is written during its checkpoint, so it
+/// copies every frame, the next transaction starts the log over, and
+/// `journal_size_limit` cuts the file back to the limit. (Checkpointing
+/// everything in the writer at once held it for 6–11 ms each time.)
+///
+/// A checkpoint syncs the log before copying and the database after (the
+/// writer's `synchronous=NORMAL`), so the frames the new log overwrites
+/// are durable in the database first. A checkpoint that finds the
+/// checkpointer's own run under way is tried again at the next batch; one
+/// that cannot copy everything (a reader holding an older snapshot) is
+/// tried again once the log has grown by another limit.
+struct WalBound {
+    wal: std::fs::File,
+    limit: u64,
+    /// The length past which the writer next checkpoints.
+    next: u64,
+    wake: Sender<()>,
+    runs: Arc<CheckpointRuns>,
+    /// The checkpointer's runs begun when the writer woke it; a run
+    /// finished beyond that count began after the wake.
+    woke_at: Option<u64>,
+}
+
+/// The checkpointer's runs, begun and finished.
+#[derive(Default)]
+struct CheckpointRuns {
+    begun: std::sync::atomic::AtomicU64,
+    finished: std::sync::atomic::AtomicU64,
+}
+
+impl WalBound {
+    /// `None` where there is no WAL (another journal mode).
+    fn new(
+        writer: &Connection,
+        path: &Path,
+        limit: u64,
+        wake: Sender<()>,
+        runs: Arc<CheckpointRuns>,
+    ) -> Result<Option<Self>, JournalError> {
+        if !in_wal_mode(writer, path)? {
+            return Ok(None);
+        }
+        match std::fs::File::open(wal_path(path)) {
+            Ok(wal) => Ok(Some(WalBound {
+                wal,
+                limit,
+                next: limit,
+                wake,
+                runs,
+                woke_at: None,
+            })),
+            Err(e) => {
+                tracing::warn!(path = ?wal_path(path), error = %e, "cannot open the SQLite WAL to watch its size; it is checkpointed in the background only");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Between two batches: starts the log over if it is past its limit.
+    fn keep(&mut self, conn: &Connection) {
+        use std::sync::atomic::Ordering::Acquire;
+        let Ok(length) = self.wal.metadata().map(|m| m.len()) else {
+            return;
+        };
+        if length <= self.next {
+            return;
+        }
+        match self.woke_at {
+            None => {
+                self.woke_at = Some(self.runs.begun.load(Acquire));
+                let _ = self.wake.try_send(());
+                return;
+            }
+            // Still copying, and the log has not outgrown another limit
+            // meanwhile (a checkpointer stuck on a slow disk).
+            Some(begun)
+                if self.runs.finished.load(Acquire) <= begun
+                    && length <= self.next.saturating_add(self.limit) =>
+            {
+                return;
+            }
+            Some(_) => {}
+        }
+        // (busy, frames in the log, frames copied): busy when the
+        // checkpointer's own run holds the checkpoint, which ends soon,
+        // so the next batch tries again.
+        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+            Ok((
+                row.get::<_, i64>(0)? != 0,
+                row.get::<_, i64>(1)?,
+                row.get::<_, i64>(2)?,
+            ))
+        });
+        match checkpoint {
+            Ok((true, _, _)) => return,
+            Ok((false, log, copied)) if log == copied => self.next = self.limit,
+            Ok(_) => self.next = length.saturating_add(self.limit),
+            Err(e) => {
+                tracing::warn!(error = %e, "SQLite checkpoint failed; the WAL grows until one succeeds");
+                self.next = length.saturating_add(self.limit);
+            }
+        }
+        self.woke_at = None;
+    }
+}
+
+fn in_wal_mode(conn: &Connection, path: &Path) -> Result<bool, JournalError> {
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .map_err(|e| opening(path, e))?;
+    Ok(mode.eq_ignore_ascii_case("wal"))
+}
+
+/// SQLite's name for the database's write-ahead log.
+fn wal_path(path: &Path) -> PathBuf {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    PathBuf::from(wal)
+}
+
 /// A batch whose transaction has ended, to be answered.
 struct Decided {
     answers: Vec<Pending>,
@@ -531,17 +688,13 @@ fn wal_syncer(
     stats: Arc<StoreStats>,
     sync: impl FnOnce(std::fs::File) -> SyncWal,
 ) -> Result<Option<WalSyncer>, JournalError> {
-    let mode: String = writer
-        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
-        .map_err(|e| opening(path, e))?;
-    if !mode.eq_ignore_ascii_case("wal") {
+    if !in_wal_mode(writer, path)? {
         return Ok(None);
     }
     // The WAL exists once the schema has been read, and stays the same
     // file while this store's connections are open: SQLite removes it
     // only when the last connection to the database closes.
-    let mut wal_path = path.as_os_str().to_owned();
-    wal_path.push("-wal");
+    let wal_path = wal_path(path);
     let wal = match std::fs::OpenOptions::new().write(true).open(&wal_path) {
         Ok(f) => f,
         Err(e) => {
@@ -553,7 +706,7 @@ fn wal_syncer(
     let (queue, decided) = crossbeam_channel::unbounded();
     let broken = Arc::new(std::sync::OnceLock::new());
     let seen = broken.clone();
-    let shown = PathBuf::from(wal_path);
+    let shown = wal_path;
     std::thread::Builder::new()
         .name("troubadour-sqlite-syncer".into())
         .spawn(move || sync_loop(sync, &shown, decided, &stats, &seen))
@@ -870,17 +1023,34 @@ const CHECKPOINT_EVERY: Duration = Duration::from_millis(200);
 
 /// Copies the WAL into the database file every [`CHECKPOINT_EVERY`]
 /// (SQLite's passive checkpoint: it never blocks the writer or the
-/// readers), so the writer's commits never do it themselves; a final one
-/// when the store is dropped.
-fn checkpoint_loop(conn: Connection, stop: Receiver<()>) {
+/// readers), and at once when the writer finds the log past its limit
+/// (see [`WalBound`]), so the writer copies at most the last few batches
+/// itself; a final one when the store is dropped.
+fn checkpoint_loop(
+    conn: Connection,
+    stop: Receiver<()>,
+    mut woken: Receiver<()>,
+    runs: &CheckpointRuns,
+) {
+    use std::sync::atomic::Ordering::Release;
     loop {
-        let stopping = matches!(
-            stop.recv_timeout(CHECKPOINT_EVERY),
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
-        );
+        // Every so often, and at once when the writer finds the log past
+        // its limit.
+        let (stopping, writer_gone) = crossbeam_channel::select! {
+            recv(stop) -> r => (r.is_err(), false),
+            recv(woken) -> r => (false, r.is_err()),
+            default(CHECKPOINT_EVERY) => (false, false),
+        };
+        if writer_gone {
+            // No bound (no WAL file), or the writer has stopped.
+            woken = crossbeam_channel::never();
+            continue;
+        }
+        runs.begun.fetch_add(1, Release);
         if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
             tracing::warn!(error = %e, "SQLite checkpoint failed; the WAL grows until one succeeds");
         }
+        runs.finished.fetch_add(1, Release);
         if stopping {
             return;
         }
@@ -1321,5 +1491,58 @@ mod tests {
             Err(failed.clone())
         );
         assert_eq!(rt.block_on(store.fence("c", 1)).map(|_| ()), Err(failed));
+    }
+
+    /// Under writes that never pause (thousands queued at once, so the
+    /// writer begins each transaction as soon as the last one committed),
+    /// the WAL still starts over and stays near its limit instead of
+    /// growing with everything ever written.
+    #[test]
+    fn the_wal_stays_near_its_limit_under_writes_that_never_pause() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy.db");
+        let limit: u64 = 1 << 20;
+        let store = SqliteStore::open_with(
+            &path,
+            SqliteOptions {
+                max_batch: 50,
+                wal_limit: limit,
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        let rt = runtime();
+        let (ids, rounds) = (500, 40);
+        let mut writes = Vec::with_capacity(ids * rounds);
+        // Every id's next event is queued before the last one is
+        // answered: the writer's queue never runs dry.
+        for sequence in 1..=rounds as u64 {
+            for id in 0..ids {
+                let mut append = append(&format!("account-{id}"), sequence);
+                append.events[0].payload = vec![sequence as u8; 200];
+                writes.push(store.append(append));
+            }
+        }
+        let mut largest = 0;
+        for write in writes {
+            assert_eq!(rt.block_on(write), Ok(()));
+            largest = largest.max(std::fs::metadata(&wal).unwrap().len());
+        }
+        // Past the limit the log starts over at the next batch, or a few
+        // batches later while the background checkpoint holds the lock;
+        // without that it reaches about 100 times the limit here.
+        assert!(
+            largest <= 4 * limit,
+            "the WAL reached {largest} bytes with a limit of {limit}"
+        );
+        // Nothing was lost by starting the log over.
+        for id in [0, ids / 2, ids - 1] {
+            let events = rt
+                .block_on(store.replay(&format!("account-{id}"), 1, usize::MAX))
+                .unwrap();
+            assert_eq!(events.len(), rounds, "account-{id}");
+        }
     }
 }
