@@ -30,7 +30,10 @@ use crate::store::{
 };
 use crate::write_behind::{ClaimedState, StateWrite, Superseded};
 use crossbeam_channel::{Receiver, Sender};
-use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension, TransactionBehavior};
+use rusqlite::{
+    params, CachedStatement, Connection, ErrorCode, OpenFlags, OptionalExtension,
+    TransactionBehavior,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -447,8 +450,10 @@ fn write_loop(
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(store_error)?;
             known.check(&tx)?;
+            // Prepared once per batch, not looked up by its text per append.
+            let mut insert = None;
             for write in batch.drain(..) {
-                let pending = apply(&tx, &mut known, write);
+                let pending = apply(&tx, &mut known, &mut insert, write);
                 // A refusal is decided before the write changes anything,
                 // so the others stand; any other error may have left part
                 // of the write behind, so the whole transaction goes.
@@ -458,6 +463,7 @@ fn write_loop(
                     return Err(e);
                 }
             }
+            drop(insert);
             tx.commit().map_err(store_error)?;
             known.committed(&conn)
         })();
@@ -757,7 +763,7 @@ fn sync_loop(
 /// dropped when it moved.
 #[derive(Default)]
 struct Known {
-    ids: HashMap<String, Standing>,
+    ids: HashMap<String, Standing, foldhash::fast::RandomState>,
     data_version: Option<i64>,
 }
 
@@ -862,10 +868,15 @@ fn refuse(write: Write, e: JournalError) {
     }
 }
 
-fn apply(conn: &Connection, known: &mut Known, write: Write) -> Pending {
+fn apply<'c>(
+    conn: &'c Connection,
+    known: &mut Known,
+    insert: &mut Option<CachedStatement<'c>>,
+    write: Write,
+) -> Pending {
     match write {
         Write::Fence(id, epoch, tx) => Pending::Fence(tx, fence(conn, known, &id, epoch)),
-        Write::Append(append, tx) => Pending::Unit(tx, append_events(conn, known, append)),
+        Write::Append(append, tx) => Pending::Unit(tx, append_events(conn, known, insert, append)),
         Write::DeleteTo(id, to, tx) => Pending::Unit(tx, delete_to(conn, known, &id, to)),
         Write::SaveSnapshot(id, s, tx) => Pending::Unit(
             tx,
@@ -962,7 +973,12 @@ fn fence(
     })
 }
 
-fn append_events(conn: &Connection, known: &mut Known, append: Append) -> Result<(), JournalError> {
+fn append_events<'c>(
+    conn: &'c Connection,
+    known: &mut Known,
+    insert: &mut Option<CachedStatement<'c>>,
+    append: Append,
+) -> Result<(), JournalError> {
     if append.events.is_empty() {
         return Ok(());
     }
@@ -974,25 +990,33 @@ fn append_events(conn: &Connection, known: &mut Known, append: Append) -> Result
         // that older writers are refused from now on.
         set_writer_row(conn, &append.persistence_id, standing.highest, append.epoch)?;
     }
-    let mut insert = conn
-        .prepare_cached(
-            "INSERT INTO troubadour_journal
-             (persistence_id, sequence, epoch, type_name, version, codec, payload)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-        )
+    let insert = match insert {
+        Some(insert) => insert,
+        None => insert.insert(
+            conn.prepare_cached(
+                "INSERT INTO troubadour_journal
+                 (persistence_id, sequence, epoch, type_name, version, codec, payload)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+            )
+            .map_err(store_error)?,
+        ),
+    };
+    // Bound one by one (the id and epoch once per append), not through a
+    // slice of trait objects per event.
+    insert
+        .raw_bind_parameter(1, append.persistence_id.as_str())
+        .and_then(|_| insert.raw_bind_parameter(3, append.epoch as i64))
         .map_err(store_error)?;
     for (sequence, e) in (append.first_sequence..).zip(&append.events) {
-        insert
-            .execute(params![
-                append.persistence_id,
-                sequence as i64,
-                append.epoch as i64,
-                e.type_name,
-                e.version,
-                e.codec,
-                e.payload
-            ])
-            .map_err(store_error)?;
+        (|| {
+            insert.raw_bind_parameter(2, sequence as i64)?;
+            insert.raw_bind_parameter(4, e.type_name.as_str())?;
+            insert.raw_bind_parameter(5, e.version)?;
+            insert.raw_bind_parameter(6, e.codec.as_str())?;
+            insert.raw_bind_parameter(7, e.payload.as_slice())?;
+            insert.raw_execute()
+        })()
+        .map_err(store_error)?;
     }
     known.ids.insert(
         append.persistence_id,
