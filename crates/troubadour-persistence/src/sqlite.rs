@@ -518,9 +518,10 @@ fn write_loop(
 /// A checkpoint syncs the log before copying and the database after (the
 /// writer's `synchronous=NORMAL`), so the frames the new log overwrites
 /// are durable in the database first. A checkpoint that finds the
-/// checkpointer's own run under way is tried again at the next batch; one
-/// that cannot copy everything (a reader holding an older snapshot) is
-/// tried again once the log has grown by another limit.
+/// checkpointer's own run under way is tried again at the next batch (or,
+/// once the log is past twice its limit, as soon as that run ends, the
+/// writer waiting); one that cannot copy everything (a reader holding an
+/// older snapshot) is tried again once the log has grown by another limit.
 struct WalBound {
     wal: std::fs::File,
     limit: u64,
@@ -593,16 +594,26 @@ impl WalBound {
             }
             Some(_) => {}
         }
+        // Past twice the limit the writer waits for the checkpoint
+        // rather than write on: the log's length is bounded, not only
+        // usually short.
+        let overgrown = length > self.next.saturating_add(self.limit);
         // (busy, frames in the log, frames copied): busy when the
         // checkpointer's own run holds the checkpoint, which ends soon,
         // so the next batch tries again.
-        let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
-            Ok((
-                row.get::<_, i64>(0)? != 0,
-                row.get::<_, i64>(1)?,
-                row.get::<_, i64>(2)?,
-            ))
-        });
+        let checkpoint = loop {
+            let checkpoint = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |row| {
+                Ok((
+                    row.get::<_, i64>(0)? != 0,
+                    row.get::<_, i64>(1)?,
+                    row.get::<_, i64>(2)?,
+                ))
+            });
+            match checkpoint {
+                Ok((true, _, _)) if overgrown => std::thread::sleep(Duration::from_millis(1)),
+                _ => break checkpoint,
+            }
+        };
         match checkpoint {
             Ok((true, _, _)) => return,
             Ok((false, log, copied)) if log == copied => self.next = self.limit,
@@ -1568,5 +1579,56 @@ mod tests {
                 .unwrap();
             assert_eq!(events.len(), rounds, "account-{id}");
         }
+    }
+
+    /// A reader holding an old snapshot keeps the log from starting over;
+    /// the writer goes on (the log grows meanwhile) instead of waiting for
+    /// a checkpoint that cannot finish.
+    #[test]
+    fn a_reader_holding_an_old_snapshot_does_not_hold_the_writer() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("held-snapshot.db");
+        let store = SqliteStore::open_with(
+            &path,
+            SqliteOptions {
+                wal_limit: 64 << 10,
+                ..SqliteOptions::default()
+            },
+        )
+        .unwrap();
+        let rt = runtime();
+        assert_eq!(rt.block_on(store.append(append("first", 1))), Ok(()));
+        let reader = Connection::open(&path).unwrap();
+        reader.execute_batch("BEGIN").unwrap();
+        let seen: i64 = reader
+            .query_row("SELECT COUNT(*) FROM troubadour_journal", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(seen, 1);
+        let (done_tx, done) = mpsc::channel();
+        // Each batch writes more than the limit, so the log is past twice
+        // its limit at every check.
+        let writer = store.clone();
+        std::thread::spawn(move || {
+            let writes: Vec<_> = (0..2_000)
+                .map(|i| {
+                    let mut append = append(&format!("account-{i}"), 1);
+                    append.events[0].payload = vec![7; 1024];
+                    writer.append(append)
+                })
+                .collect();
+            let rt = runtime();
+            for write in writes {
+                assert_eq!(rt.block_on(write), Ok(()));
+            }
+            done_tx.send(()).unwrap();
+        });
+        done.recv_timeout(LIVENESS)
+            .expect("the writer waited for a checkpoint the reader's snapshot blocks");
+        // The reader still sees its snapshot.
+        let seen: i64 = reader
+            .query_row("SELECT COUNT(*) FROM troubadour_journal", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(seen, 1);
+        reader.execute_batch("COMMIT").unwrap();
     }
 }
