@@ -1546,8 +1546,7 @@ mod tests {
             },
         )
         .unwrap();
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
+        let wal = wal_path(&path);
         let rt = runtime();
         let (ids, rounds) = (500, 40);
         let mut writes = Vec::with_capacity(ids * rounds);
