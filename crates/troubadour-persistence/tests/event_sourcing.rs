@@ -11,7 +11,7 @@ use std::sync::Arc;
 use troubadour::prelude::*;
 use troubadour_persistence::*;
 
-/// Runs `test` on each store; `reopen` gives persistence over the same data,
+/// Runs `test` on each store (SQLite twice, see below); `reopen` gives persistence over the same data,
 /// through fresh connections for SQLite and PostgreSQL (as after a
 /// process restart).
 fn each_store(test: impl Fn(&dyn Fn() -> Persistence)) {
@@ -20,6 +20,18 @@ fn each_store(test: impl Fn(&dyn Fn() -> Persistence)) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("events.db");
     test(&|| Persistence::sqlite(&path).unwrap());
+    // Every batch moved at once into id order: histories read from that
+    // part, not only from the recent one.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("folded.db");
+    let folding = SqliteOptions {
+        fold_at: 1,
+        ..SqliteOptions::default()
+    };
+    test(&|| {
+        let store = SqliteStore::open_with(&path, folding.clone()).unwrap();
+        Persistence::new(store.clone(), store)
+    });
     let db = PgDatabase::new();
     test(&|| db.persistence());
 }
