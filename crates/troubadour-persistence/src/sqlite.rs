@@ -121,28 +121,6 @@ CREATE TABLE IF NOT EXISTS troubadour_journal (
     payload BLOB NOT NULL,
     PRIMARY KEY (persistence_id, sequence)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS troubadour_journal_recent_0 (
-    persistence_id TEXT NOT NULL,
-    sequence INTEGER NOT NULL,
-    epoch INTEGER NOT NULL,
-    type_name TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    codec TEXT NOT NULL,
-    payload BLOB NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS troubadour_journal_recent_0_by_id
-    ON troubadour_journal_recent_0 (persistence_id, sequence);
-CREATE TABLE IF NOT EXISTS troubadour_journal_recent_1 (
-    persistence_id TEXT NOT NULL,
-    sequence INTEGER NOT NULL,
-    epoch INTEGER NOT NULL,
-    type_name TEXT NOT NULL,
-    version INTEGER NOT NULL,
-    codec TEXT NOT NULL,
-    payload BLOB NOT NULL
-);
-CREATE UNIQUE INDEX IF NOT EXISTS troubadour_journal_recent_1_by_id
-    ON troubadour_journal_recent_1 (persistence_id, sequence);
 CREATE TABLE IF NOT EXISTS troubadour_journal_parts (
     only INTEGER PRIMARY KEY CHECK (only = 0),
     appending INTEGER NOT NULL CHECK (appending IN (0, 1)),
@@ -180,6 +158,21 @@ CREATE TABLE IF NOT EXISTS troubadour_snapshots (
     payload BLOB NOT NULL,
     PRIMARY KEY (persistence_id, sequence)
 ) WITHOUT ROWID;
+";
+
+/// Each of the journal's two recent tables (see [`Folding`]): rows in
+/// arrival order, indexed by id and sequence.
+const RECENT_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS {table} (
+    persistence_id TEXT NOT NULL,
+    sequence INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    type_name TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    codec TEXT NOT NULL,
+    payload BLOB NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS {table}_by_id ON {table} (persistence_id, sequence);
 ";
 
 /// The SQLite journal and snapshot store. Clones share the same threads;
@@ -274,6 +267,11 @@ impl SqliteStore {
                 )
             })
             .and_then(|_| writer.execute_batch(SCHEMA))
+            .and_then(|_| {
+                RECENT.iter().try_for_each(|table| {
+                    writer.execute_batch(&RECENT_SCHEMA.replace("{table}", table))
+                })
+            })
             .and_then(|_| add_state_epochs(&writer))
             .and_then(|_| match options.max_size {
                 Some(bytes) => {
@@ -1127,18 +1125,7 @@ impl Known {
             return Ok(*s);
         }
         let (row_highest, epoch) = writer_row(conn, id)?;
-        let appended: Option<i64> = conn
-            .prepare_cached(
-                "SELECT MAX(highest) FROM (
-                     SELECT MAX(sequence) AS highest FROM troubadour_journal
-                     WHERE persistence_id = ?1
-                     UNION ALL SELECT MAX(sequence) FROM troubadour_journal_recent_0
-                     WHERE persistence_id = ?1
-                     UNION ALL SELECT MAX(sequence) FROM troubadour_journal_recent_1
-                     WHERE persistence_id = ?1)",
-            )
-            .and_then(|mut st| st.query_row(params![id], |row| row.get(0)))
-            .map_err(store_error)?;
+        let appended = over_all_parts(conn, "MAX", id)?;
         let s = Standing {
             highest: row_highest.max(appended.map_or(0, |a| a as u64)),
             epoch,
@@ -1146,6 +1133,21 @@ impl Known {
         self.ids.insert(id.to_string(), s);
         Ok(s)
     }
+}
+
+/// `MAX` or `MIN` of the id's sequence numbers in every part of the
+/// journal (`None` when it has no event); a row in two parts (see
+/// [`Folding`]) counts once either way.
+fn over_all_parts(conn: &Connection, of: &str, id: &str) -> Result<Option<i64>, JournalError> {
+    let [recent_0, recent_1] = RECENT;
+    conn.prepare_cached(&format!(
+        "SELECT {of}(n) FROM (
+             SELECT {of}(sequence) AS n FROM troubadour_journal WHERE persistence_id = ?1
+             UNION ALL SELECT {of}(sequence) FROM {recent_0} WHERE persistence_id = ?1
+             UNION ALL SELECT {of}(sequence) FROM {recent_1} WHERE persistence_id = ?1)"
+    ))
+    .and_then(|mut st| st.query_row(params![id], |row| row.get(0)))
+    .map_err(store_error)
 }
 
 /// A database made before states carried their writer's epoch gets the
@@ -1289,18 +1291,7 @@ fn fence(
             epoch,
         },
     );
-    let lowest: Option<i64> = conn
-        .prepare_cached(
-            "SELECT MIN(lowest) FROM (
-                 SELECT MIN(sequence) AS lowest FROM troubadour_journal
-                 WHERE persistence_id = ?1
-                 UNION ALL SELECT MIN(sequence) FROM troubadour_journal_recent_0
-                 WHERE persistence_id = ?1
-                 UNION ALL SELECT MIN(sequence) FROM troubadour_journal_recent_1
-                 WHERE persistence_id = ?1)",
-        )
-        .and_then(|mut st| st.query_row(params![id], |row| row.get(0)))
-        .map_err(store_error)?;
+    let lowest = over_all_parts(conn, "MIN", id)?;
     Ok(Fenced {
         highest: standing.highest,
         lowest: lowest.map_or(standing.highest + 1, |l| l as u64),
