@@ -81,8 +81,8 @@ pub struct SqliteOptions {
     /// BENCHMARKS.md), so a smaller limit saves disk at the cost of
     /// latency under sustained load. The log may pass it by one
     /// transaction: a batch, or a step of a move of
-    /// [`fold_at`](Self::fold_at) events (about a MiB). Default 256 MiB (PostgreSQL's `max_wal_size` is
-    /// 1 GB).
+    /// [`fold_at`](Self::fold_at) events (about a MiB). Default 256 MiB
+    /// (PostgreSQL's `max_wal_size` is 1 GB).
     pub wal_limit: u64,
     /// How many events the writer appends to the journal's recent part
     /// before it moves them into the part kept in id order (in eight
@@ -601,8 +601,8 @@ fn write_loop(
 /// - A row in both parts (copied, not yet deleted) is the same event:
 ///   appends only ever add sequence numbers above the id's highest, which
 ///   counts every part, and deletes remove from every part. So a replay
-///   reads the part in id order, then recent rows after the last one
-///   read; and a copy that finds rows already copied (after a crash, a
+///   merges the parts keeping one of each copied row (`UNION`); and a
+///   copy that finds rows already copied (after a crash, a
 ///   failed step, or by another store on the same file) skips them
 ///   (`INSERT OR IGNORE`).
 /// - A switch needs the other table empty; a writer that finds it not
