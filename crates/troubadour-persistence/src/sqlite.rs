@@ -1894,9 +1894,9 @@ mod tests {
             SqliteOptions {
                 max_batch: 50,
                 wal_limit: limit,
-                // A move of the recent events is one transaction of several
-                // MiB here, past this small limit on its own: the bound is
-                // the limit plus one transaction, tested with batches.
+                // No moves of the recent events: the bound is the limit
+                // plus one transaction, here a batch of 50 writes (a move's
+                // steps are transactions of their own, of other sizes).
                 fold_at: usize::MAX,
                 ..SqliteOptions::default()
             },
