@@ -7,19 +7,19 @@ use troubadour_cluster::{LeaseError, LeaseStore, NodeKey, ShardCount, ShardId, S
 mod store_rules;
 use store_rules::TTL;
 
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "troubadour-sqlite-leases-{}-{name}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join("leases.db")
+/// A file in a directory of its own, removed with the returned guard.
+fn scratch(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::Builder::new()
+        .prefix(&format!("troubadour-sqlite-leases-{name}-"))
+        .tempdir()
+        .unwrap();
+    let path = dir.path().join("leases.db");
+    (dir, path)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rules_of_the_lease_store_hold_in_sqlite() {
-    let path = scratch("rules");
+    let (_dir, path) = scratch("rules");
     let a = SqliteLeaseStore::open(&path).unwrap();
     let b = SqliteLeaseStore::open(&path).unwrap();
     store_rules::the_rules_hold(a, b).await;
@@ -27,7 +27,7 @@ async fn the_rules_of_the_lease_store_hold_in_sqlite() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_claims_have_one_winner_per_epoch_in_sqlite() {
-    let path = scratch("racing");
+    let (_dir, path) = scratch("racing");
     store_rules::racing_claims_have_one_winner_per_epoch(|| {
         let path = path.clone();
         async move { SqliteLeaseStore::open(&path).unwrap() }
@@ -40,7 +40,7 @@ async fn racing_claims_have_one_winner_per_epoch_in_sqlite() {
 /// with another shard count is told what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn assignments_outlive_the_clients_that_made_them() {
-    let path = scratch("reopen");
+    let (_dir, path) = scratch("reopen");
     let a = NodeKey::new("a", 1);
     {
         let store = SqliteLeaseStore::open(&path).unwrap();
