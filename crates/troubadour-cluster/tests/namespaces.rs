@@ -4,8 +4,9 @@
 //! nftables in the nodes' namespaces: packets silently dropped on the way
 //! in, so a cut looks to TCP and to the failure detector as a real one
 //! does (no reset, no error, only silence). Partitions with the lease
-//! store on one side, a link that works one way only, and links that
-//! flap while a share of every packet is lost.
+//! store on one side, a link that works one way only, links that flap
+//! while a share of every packet is lost, and tier 2's `kill -9` and pause
+//! past the lease with wall clocks jumped 300 s either way.
 //!
 //! They need root, `ip` (iproute2) and `nft` (nftables), so they are
 //! ignored by a plain `cargo test`; `scripts/tier3` runs them (and
@@ -20,7 +21,7 @@ use std::time::Duration;
 mod common;
 mod postgres;
 mod tiers;
-use tiers::{Five, Host, LEASE};
+use tiers::{Five, Host, Pause, WallClocks, LEASE};
 
 /// A node of the cluster, when a test below starts this binary as one;
 /// nothing otherwise.
@@ -261,7 +262,9 @@ impl Drop for Network {
 /// network, and then the next test may start its own.
 struct Tier3 {
     five: Five,
+    hosts: Vec<Host>,
     network: Network,
+    _clocks: Option<WallClocks>,
     _one: std::sync::MutexGuard<'static, ()>,
 }
 
@@ -279,17 +282,28 @@ impl Tier3 {
     /// Five nodes in their namespaces, settled, after three rounds of
     /// load.
     fn start() -> Tier3 {
+        Tier3::start_with(None)
+    }
+
+    /// The same, with wall clocks a test can move when `clocks` is given.
+    fn start_with(clocks: Option<WallClocks>) -> Tier3 {
         let one = tiers::one_cluster_at_a_time();
         let network = Network::create(5);
+        let mut hosts = network.hosts();
+        if let Some(clocks) = &clocks {
+            clocks.attach(&mut hosts);
+        }
         let pg = postgres::Server::start_reachable(&store_ip(), &format!("{SUBNET}.0/24"));
         let url = pg.url_at(&store_ip());
-        let mut five = Five::start(pg, &url, &network.hosts(), COUNTERS);
+        let mut five = Five::start(pg, &url, &hosts, COUNTERS);
         for _ in 0..3 {
             five.round(&[0, 1, 2, 3, 4], 60);
         }
         Tier3 {
             five,
+            hosts,
             network,
+            _clocks: clocks,
             _one: one,
         }
     }
@@ -442,6 +456,24 @@ fn flapping_links_with_loss_lose_nothing_acknowledged_and_memory_stays_bounded()
             "n{i}'s resident memory grew from {b} KiB to {a} KiB"
         );
     }
+}
+
+/// Tier 2's pause with wall clocks jumped, on the namespaced network:
+/// `kill -9` of n4 under load, then n3 stopped in the middle of a round
+/// for three leases and resumed, with n3's wall clock moved back 300 s
+/// while it is stopped, n1's back and n2's forward while they run
+/// (libfaketime; the monotonic clocks run on). A node keeps its lease by
+/// its monotonic clock, so the resumed n3 gives up its shards and what it
+/// still writes with its old epoch is refused; nothing acknowledged is
+/// lost, every journal stays linear, the store never had two valid epochs.
+#[test]
+#[ignore = "needs root, iproute2 and nftables: scripts/tier3"]
+fn wall_clocks_jumped_300_s_either_way_around_a_pause_write_nothing_stale() {
+    if tiers::is_node() {
+        return;
+    }
+    let mut t = Tier3::start_with(Some(WallClocks::new()));
+    tiers::kill_then_pause(&mut t.five, &t.hosts, Pause::MidRoundWithClockJumps);
 }
 
 /// A node's resident memory (`VmRSS`), in KiB.

@@ -466,6 +466,114 @@ pub fn set_wall_clock(host: &Host, offset: &str) {
     std::fs::write(host.wall_clock.as_ref().unwrap(), format!("{offset}\n")).unwrap();
 }
 
+/// The files holding the nodes' wall-clock offsets, in a directory of
+/// their own that goes with this value.
+pub struct WallClocks {
+    dir: tempfile::TempDir,
+}
+
+impl WallClocks {
+    pub fn new() -> WallClocks {
+        WallClocks {
+            dir: tempfile::Builder::new()
+                .prefix("troubadour-clocks-")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    /// Gives each host a wall clock of its own, at the real time for now.
+    pub fn attach(&self, hosts: &mut [Host]) {
+        for (i, host) in hosts.iter_mut().enumerate() {
+            let file = self.dir.path().join(format!("n{i}"));
+            std::fs::write(&file, "+0\n").unwrap();
+            host.wall_clock = Some(file);
+        }
+    }
+}
+
+/// This process's wall clock, in seconds since the epoch.
+fn wall_now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+/// Where a node is stopped in [`kill_then_pause`].
+#[derive(Clone, Copy, PartialEq)]
+pub enum Pause {
+    /// Between two rounds: nothing of it in flight.
+    BetweenRounds,
+    /// In the middle of a round: increments in its entities' mailboxes.
+    MidRound,
+    /// In the middle of a round, with wall clocks jumped 300 s: n3's back
+    /// while it is stopped, n1's back and n2's forward while they run
+    /// (the hosts need [`WallClocks`]).
+    MidRoundWithClockJumps,
+}
+
+/// The scenario tiers 2 and 3 share: `kill -9` of n4 under load, then n3
+/// stopped for three leases while the others go on, and resumed; then the
+/// checkers. A node keeps its lease by its monotonic clock, so the
+/// resumed n3 gives up its shards (and what it still tries to write with
+/// its old epoch is refused), whatever the wall clocks did.
+pub fn kill_then_pause(five: &mut Five, hosts: &[Host], pause: Pause) {
+    let jumps = pause == Pause::MidRoundWithClockJumps;
+    five.nodes[4].as_ref().unwrap().signal("-KILL");
+    five.nodes[4] = None;
+    for _ in 0..6 {
+        five.round(&[0, 1, 2, 3], 60);
+    }
+
+    let mid_round = pause != Pause::BetweenRounds;
+    if mid_round {
+        for i in 0..4 {
+            five.ledger.send(&mut five.nodes, i, 60);
+        }
+    }
+    five.nodes[3].as_ref().unwrap().signal("-STOP");
+    let stopped = Instant::now();
+    if jumps {
+        set_wall_clock(&hosts[3], "-300");
+        set_wall_clock(&hosts[1], "-300");
+        set_wall_clock(&hosts[2], "+300");
+    }
+    if mid_round {
+        for i in 0..3 {
+            five.ledger.collect(&mut five.nodes, i);
+        }
+    }
+    while stopped.elapsed() < 3 * LEASE {
+        five.round(&[0, 1, 2], 60);
+    }
+    five.nodes[3].as_ref().unwrap().signal("-CONT");
+    if mid_round {
+        five.ledger.collect(&mut five.nodes, 3);
+    }
+    for _ in 0..6 {
+        five.round(&[0, 1, 2, 3], 60);
+    }
+    five.wait_settled("four settled nodes", "4");
+    if jumps {
+        // The clocks did jump.
+        let now = wall_now();
+        for (i, offset) in [(1, -300), (2, 300), (3, -300), (0, 0)] {
+            let wall: i64 = five.nodes[i].as_mut().unwrap().ask("wall").parse().unwrap();
+            assert!(
+                (wall - now - offset).abs() < 30,
+                "n{i}'s wall clock is {} s from the real one, not {offset} s",
+                wall - now
+            );
+        }
+    }
+    assert!(
+        five.shards_taken_over() > 0,
+        "no shard was taken over from a lost owner: the scenario proved nothing"
+    );
+    five.check();
+}
+
 /// One cluster of five processes at a time: two at once on a small
 /// machine starve each other's failure detectors (and tier 3's would
 /// share their namespaces' names and addresses).
