@@ -172,11 +172,7 @@ pub fn node_process() {
         let words: Vec<&str> = line.split_whitespace().collect();
         let answer = match words.as_slice() {
             ["members"] => cluster.membership().members().len().to_string(),
-            // This process's wall clock, in seconds since the epoch.
-            ["wall"] => std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(-1, |d| d.as_secs() as i64)
-                .to_string(),
+            ["wall"] => wall_now().to_string(),
             // This node's links to the nodes named closed, and kept closed.
             ["cut", names @ ..] => format!("cut {}", remote.cut_links_to(names)),
             ["heal"] => {
