@@ -112,6 +112,8 @@ struct Args {
     store: Store,
     /// Run the peer: Pekko Persistence with its JDBC plugin (PostgreSQL).
     pekko: bool,
+    /// Measure replays from SQLite's recent part instead ([`run_replay`]).
+    replay_recent: bool,
 }
 
 pub fn main(all: Vec<String>) -> ExitCode {
@@ -121,12 +123,14 @@ pub fn main(all: Vec<String>) -> ExitCode {
         dir: None,
         store: Store::Sqlite,
         pekko: false,
+        replay_recent: false,
     };
     let mut it = all.into_iter().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--quick" => args.quick = true,
             "--json" => args.json = true,
+            "--replay-recent" => args.replay_recent = true,
             "--dir" => args.dir = it.next().map(PathBuf::from),
             "--impl" => match it.next().as_deref() {
                 Some("troubadour") => args.pekko = false,
@@ -156,7 +160,13 @@ pub fn main(all: Vec<String>) -> ExitCode {
         eprintln!("persist: the Pekko peer runs on --store postgres");
         return ExitCode::from(2);
     }
-    let result = if args.pekko {
+    if args.replay_recent && (args.pekko || args.store != Store::Sqlite) {
+        eprintln!("persist: --replay-recent measures troubadour's --store sqlite");
+        return ExitCode::from(2);
+    }
+    let result = if args.replay_recent {
+        run_replay(&args)
+    } else if args.pekko {
         run_pekko(&args)
     } else {
         run(&args)
@@ -452,6 +462,103 @@ async fn postgres_floor(url: &str, inserts: u64) -> Result<f64, String> {
             .map_err(|e| e.to_string())?;
     }
     Ok(inserts as f64 / start.elapsed().as_secs_f64())
+}
+
+/// Replays while the events are still in SQLite's recent part (one row
+/// per group commit, decision 0046), against the same replays once they
+/// are in id order: what an actor passivated and woken again soon after
+/// pays. For N in 1, 16 and 100: N group commits of one event for each of
+/// 1,000 ids, then 1,000 replays of whole histories (ids in a scattered
+/// order) from the running store with nothing moved yet; then the store is
+/// closed (which moves everything into id order), reopened, and the same
+/// replays timed again. Every replay is checked (count and numbers).
+fn run_replay(args: &Args) -> Result<String, String> {
+    use troubadour_persistence::store::{Append, Journal};
+    use troubadour_persistence::{SqliteOptions, SqliteStore, StoredEvent};
+    let scratch = match &args.dir {
+        Some(d) => tempdir_in(d)?,
+        None => tempdir_in(&std::env::temp_dir())?,
+    };
+    let ids = if args.quick { 100 } else { 1_000 };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let replays = |store: &SqliteStore, rows: u64| -> Result<f64, String> {
+        let start = Instant::now();
+        for i in 0..ids {
+            let id = format!("actor-{}", (i * 7) % ids);
+            let events = rt
+                .block_on(store.replay(&id, 1, usize::MAX))
+                .map_err(|e| e.to_string())?;
+            let numbers: Vec<u64> = events.iter().map(|e| e.sequence).collect();
+            if numbers != (1..=rows).collect::<Vec<_>>() {
+                return Err(format!("{id} replayed {numbers:?}, not 1..={rows}"));
+            }
+        }
+        Ok(start.elapsed().as_secs_f64() * 1e6 / ids as f64)
+    };
+    let mut cases = Vec::new();
+    for rows in [1u64, 16, 100] {
+        let path = scratch.join(format!("replay-{rows}.db"));
+        let store = SqliteStore::open_with(
+            &path,
+            SqliteOptions {
+                // Nothing moved while the replays from the recent part run.
+                fold_at: usize::MAX,
+                ..SqliteOptions::default()
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        for sequence in 1..=rows {
+            let group: Vec<_> = (0..ids)
+                .map(|i| {
+                    store.append(Append {
+                        persistence_id: format!("actor-{i}"),
+                        epoch: 0,
+                        first_sequence: sequence,
+                        events: vec![StoredEvent {
+                            type_name: Added::TYPE.into(),
+                            version: 1,
+                            codec: "postcard".into(),
+                            payload: postcard_like_payload(),
+                        }],
+                    })
+                })
+                .collect();
+            for append in group {
+                rt.block_on(append).map_err(|e| e.to_string())?;
+            }
+        }
+        let recent = replays(&store, rows)?;
+        drop(store);
+        let store = SqliteStore::open(&path).map_err(|e| e.to_string())?;
+        let ordered = replays(&store, rows)?;
+        cases.push((rows, recent, ordered));
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    if args.json {
+        let fields: Vec<String> = cases
+            .iter()
+            .map(|(rows, recent, ordered)| {
+                format!("\"recent_{rows}_us\":{recent:.1},\"ordered_{rows}_us\":{ordered:.1}")
+            })
+            .collect();
+        Ok(format!(
+            "{{\"workload\":\"persist-replay\",\"impl\":\"troubadour\",\"store\":\"sqlite\",\"ok\":true,\"ids\":{ids},{}}}",
+            fields.join(",")
+        ))
+    } else {
+        Ok(cases
+            .iter()
+            .map(|(rows, recent, ordered)| {
+                format!(
+                    "{rows} events per id: a replay takes {recent:.1} us from the recent part, {ordered:.1} us from id order"
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
 }
 
 /// The size of an `Added` event as stored.

@@ -33,6 +33,7 @@ mod postgres;
 mod reliable;
 mod reminders;
 mod sqlite;
+mod sqlite_batch;
 pub mod stats;
 pub mod store;
 mod write_behind;
