@@ -602,9 +602,8 @@ struct Folding {
     /// Events appended, and rows written, since the last move began.
     appended: u64,
     rows: u64,
-    /// A move is under way (this store's or another's).
-    moving: bool,
-    /// The rows of the move under way, as this writer read them.
+    /// The rows of the move under way (this store's or another's), as
+    /// this writer read them; `None` between moves.
     under_way: Option<MoveRows>,
 }
 
@@ -639,7 +638,6 @@ impl Folding {
             fold_at,
             appended: 0,
             rows: 0,
-            moving: false,
             under_way: None,
         }
     }
@@ -647,39 +645,34 @@ impl Folding {
     /// Between two batches: the next step of the move under way, or the
     /// start of one once enough has been appended.
     fn step(&mut self, conn: &mut Connection) {
-        if !self.moving && (self.appended >= self.fold_at || self.rows >= FOLD_ROWS) {
+        if self.under_way.is_none() {
+            if self.appended < self.fold_at && self.rows < FOLD_ROWS {
+                return;
+            }
             self.appended = 0;
             self.rows = 0;
-            self.moving = true;
-        }
-        if !self.moving {
-            return;
         }
         let step = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(store_error)
             .and_then(|tx| {
-                let more = self.next_step(&tx)?;
-                tx.commit().map_err(store_error)?;
-                Ok(more)
+                self.next_step(&tx)?;
+                tx.commit().map_err(store_error)
             });
-        match step {
-            Ok(more) => self.moving = more,
-            Err(e) => {
-                // Carried on at the next move.
-                self.moving = false;
-                self.under_way = None;
-                warn_unmoved(&e);
-            }
+        if let Err(e) = step {
+            // Carried on at the next move.
+            self.under_way = None;
+            warn_unmoved(&e);
         }
     }
 
     /// In the caller's transaction: the next step of the move under way
-    /// (begun over the rows there now if there is none). Returns whether
-    /// the move goes on.
-    fn next_step(&mut self, tx: &Connection) -> Result<bool, JournalError> {
+    /// (begun over the rows there now if there is none); `under_way` is
+    /// left `None` once the move is over.
+    fn next_step(&mut self, tx: &Connection) -> Result<(), JournalError> {
         let Some(m) = move_under_way(tx)?.map_or_else(|| begin_move(tx), |m| Ok(Some(m)))? else {
-            return Ok(false);
+            self.under_way = None;
+            return Ok(());
         };
         if self
             .under_way
@@ -694,11 +687,10 @@ impl Folding {
         }
         let rows = self.under_way.as_mut().expect("read above");
         let bound = step_bound(rows, &m, self.per_step)?;
-        let more = move_range(tx, &m, &rows.rows, bound.as_deref())?;
-        if !more {
+        if !move_range(tx, &m, &rows.rows, bound.as_deref())? {
             self.under_way = None;
         }
-        Ok(more)
+        Ok(())
     }
 }
 
