@@ -1,5 +1,6 @@
 //! The tellus peer of the benchmark suite (bench/peers/README.md): workloads 9
-//! (`remote-pingpong`) and 11 (`remote-pi`) on tellus's `cluster` feature.
+//! (`remote-pingpong`) and 11 (`remote-pi`) on tellus's `cluster` feature,
+//! and workload 13 (`failover`, in `failover.rs`).
 //!
 //! `tellus-peer <workload> [--quick] [--pairs N] [--size BYTES]` is node A,
 //! which measures and prints one JSON line. It starts this binary again as
@@ -44,6 +45,8 @@ use tokio::{
     time::timeout,
 };
 use tracing_subscriber::EnvFilter;
+
+mod failover;
 
 const IMPL: &str = "tellus";
 const TELLUS_VERSION: &str = "0.5.3";
@@ -409,9 +412,12 @@ impl CertificateAuthority {
 
     fn issue(&self) -> anyhow::Result<(Certificate, KeyPair)> {
         let key = KeyPair::generate().context("generating a node key")?;
+        // 127.0.0.2 and .3 for the failover workload's nodes B and C.
         let params = CertificateParams::new(vec![
             SERVER_NAME.to_string(),
             Ipv4Addr::LOCALHOST.to_string(),
+            "127.0.0.2".to_string(),
+            "127.0.0.3".to_string(),
         ])
         .context("node parameters")?;
         let cert = params
@@ -548,6 +554,7 @@ struct Args {
     quick: bool,
     pairs: usize,
     size: usize,
+    mode: String,
 }
 
 fn parse_args(argv: &[String]) -> anyhow::Result<Args> {
@@ -556,6 +563,7 @@ fn parse_args(argv: &[String]) -> anyhow::Result<Args> {
         quick: false,
         pairs: 1,
         size: 16,
+        mode: "kill".into(),
     };
     let mut it = argv.iter();
     while let Some(arg) = it.next() {
@@ -563,6 +571,7 @@ fn parse_args(argv: &[String]) -> anyhow::Result<Args> {
             "--quick" => args.quick = true,
             "--pairs" => args.pairs = it.next().context("--pairs N")?.parse()?,
             "--size" => args.size = it.next().context("--size BYTES")?.parse()?,
+            "--mode" => args.mode = it.next().context("--mode kill|leave")?.clone(),
             w if !w.starts_with('-') && args.workload.is_empty() => args.workload = w.into(),
             other => bail!("unexpected argument {other}"),
         }
@@ -720,6 +729,16 @@ fn init_tracing() {
 async fn main() {
     init_tracing();
     let argv: Vec<String> = env::args().skip(1).collect();
+    if argv.first().map(String::as_str) == Some(failover::NODE_ARG) {
+        let code = match failover::node(&argv[1..]).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("tellus peer, failover node: {e:#}");
+                1
+            }
+        };
+        std::process::exit(code);
+    }
     if argv.first().map(String::as_str) == Some(NODE_B_ARG) {
         let code = match node_b(&argv[1..]).await {
             Ok(()) => 0,
@@ -745,8 +764,9 @@ async fn main() {
     let outcome = match &args {
         Ok(args) if workload == "remote-pingpong" => remote_pingpong(args, &mut line).await,
         Ok(args) if workload == "remote-pi" => remote_pi(args, &mut line).await,
+        Ok(args) if workload == "failover" => failover::run(args.quick, &args.mode, &mut line).await,
         Ok(_) => Err(anyhow!(
-            "unsupported: the tellus peer implements only remote-pingpong and remote-pi"
+            "unsupported: the tellus peer implements only remote-pingpong, remote-pi and failover"
         )),
         Err(e) => Err(anyhow!("{e:#}")),
     };
