@@ -16,7 +16,7 @@
 //! downing give C up, and after a leave when the leave is gossiped. Those are
 //! tellus's documented defaults, unchanged.
 
-use crate::{CertificateAuthority, SERVER_NAME, SETUP_TIMEOUT, ms, start_endpoint};
+use crate::{CertificateAuthority, SERVER_NAME, SETUP_TIMEOUT, join_cluster, ms, start_endpoint};
 use anyhow::{Context as _, bail, ensure};
 use rustls::{
     RootCertStore,
@@ -42,11 +42,8 @@ use std::{
 use tellus::{
     Actor, ActorContext, ActorRef, ActorSystem, Control, Incoming, ReplyTo, Untimed,
     cluster::{
-        self, Key, Manifest,
-        downing::KeepMajority,
-        failure::PhiAccrual,
-        receptionist,
-        transport::{QuicConfig, QuicTransport},
+        self, Key, Manifest, downing::KeepMajority, failure::PhiAccrual, receptionist,
+        transport::QuicTransport,
     },
 };
 use tokio::{
@@ -167,20 +164,7 @@ pub async fn node(args: &[String]) -> anyhow::Result<()> {
     };
     let index: usize = index.parse().context("node index")?;
     let seed: SocketAddr = seed.parse().context("seed address")?;
-    let dir = Path::new(dir);
-    let transport = QuicTransport::from_config(&QuicConfig {
-        bind_addr: SocketAddr::new(ip(index), 0),
-        cert_chain: dir.join("cert.pem"),
-        key: dir.join("key.pem"),
-        roots: dir.join("roots.pem"),
-        server_name: SERVER_NAME.to_string(),
-    })
-    .context("mutual TLS transport")?;
-    start_endpoint(transport)?;
-    timeout(SETUP_TIMEOUT, cluster::join(&[seed]))
-        .await
-        .context("no cluster to join within the timeout")?
-        .context("joining node A's cluster")?;
+    join_cluster(SocketAddr::new(ip(index), 0), seed, Path::new(dir)).await?;
     let _system = serve(index)?;
     let mut stdout = tokio::io::stdout();
     stdout.write_all(b"ready\n").await?;

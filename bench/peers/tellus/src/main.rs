@@ -515,17 +515,12 @@ where
         .with_context(|| format!("{count} actors under {name:?} not found within {SETUP_TIMEOUT:?}"))?
 }
 
-/// Node B: `__node-b <workload> <count> <seed> <pem dir>`.
-async fn node_b(args: &[String]) -> anyhow::Result<()> {
-    let [workload, count, seed, dir] = args else {
-        bail!("usage: {NODE_B_ARG} <workload> <count> <seed address> <PEM directory>");
-    };
-    let count: usize = count.parse().context("count")?;
-    let seed: SocketAddr = seed.parse().context("seed address")?;
-    let dir = Path::new(dir);
-    // The way a deployed node reads its certificates (tellus's QuicConfig).
+/// A node that node A started: binds `bind`, reads its certificates from
+/// `dir` the way a deployed node does (tellus's `QuicConfig`) and joins A's
+/// cluster through `seed`.
+async fn join_cluster(bind: SocketAddr, seed: SocketAddr, dir: &Path) -> anyhow::Result<()> {
     let transport = QuicTransport::from_config(&QuicConfig {
-        bind_addr: loopback(),
+        bind_addr: bind,
         cert_chain: dir.join("cert.pem"),
         key: dir.join("key.pem"),
         roots: dir.join("roots.pem"),
@@ -537,6 +532,17 @@ async fn node_b(args: &[String]) -> anyhow::Result<()> {
         .await
         .context("no cluster to join within the timeout")?
         .context("joining node A's cluster")?;
+    Ok(())
+}
+
+/// Node B: `__node-b <workload> <count> <seed> <pem dir>`.
+async fn node_b(args: &[String]) -> anyhow::Result<()> {
+    let [workload, count, seed, dir] = args else {
+        bail!("usage: {NODE_B_ARG} <workload> <count> <seed address> <PEM directory>");
+    };
+    let count: usize = count.parse().context("count")?;
+    let seed: SocketAddr = seed.parse().context("seed address")?;
+    join_cluster(loopback(), seed, Path::new(dir)).await?;
     let _system = ActorSystem::new(match workload.as_str() {
         "remote-pingpong" => Serve::Echoes(count),
         "remote-pi" => Serve::PiWorkers(count),
