@@ -16,12 +16,8 @@
 //! downing give C up, and after a leave when the leave is gossiped. Those are
 //! tellus's documented defaults, unchanged.
 
-use crate::{CertificateAuthority, SERVER_NAME, SETUP_TIMEOUT, join_cluster, ms, start_endpoint};
+use crate::{CertificateAuthority, SETUP_TIMEOUT, join_cluster, ms, record_pid, start_endpoint};
 use anyhow::{Context as _, bail, ensure};
-use rustls::{
-    RootCertStore,
-    pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer},
-};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use std::{
@@ -29,7 +25,6 @@ use std::{
     convert::Infallible,
     env, fs,
     hash::{BuildHasher, RandomState},
-    io::Write as _,
     net::{IpAddr, Ipv4Addr, SocketAddr},
     path::Path,
     process::Stdio,
@@ -41,10 +36,7 @@ use std::{
 };
 use tellus::{
     Actor, ActorContext, ActorRef, ActorSystem, Control, Incoming, ReplyTo, Untimed,
-    cluster::{
-        self, Key, Manifest, downing::KeepMajority, failure::PhiAccrual, receptionist,
-        transport::QuicTransport,
-    },
+    cluster::{self, Key, Manifest, downing::KeepMajority, failure::PhiAccrual, receptionist},
 };
 use tokio::{
     io::{AsyncBufReadExt, AsyncWriteExt, BufReader},
@@ -321,19 +313,7 @@ pub async fn run(quick: bool, mode: &str, line: &mut Map<String, Value>) -> anyh
     // Join: A forms the cluster, B and C join through it.
     let start = Instant::now();
     let ca = CertificateAuthority::new()?;
-    let (cert, key_pair) = ca.issue()?;
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.cert.der().clone()).context("adding the CA")?;
-    let key_der = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(key_pair.serialize_der()));
-    let transport = QuicTransport::mutual_tls(
-        SocketAddr::new(ip(0), 0),
-        vec![cert.der().clone()],
-        key_der,
-        roots,
-        SERVER_NAME,
-    )
-    .context("mutual TLS transport")?;
-    let seed = start_endpoint(transport)?;
+    let seed = start_endpoint(ca.node_a_transport(SocketAddr::new(ip(0), 0))?)?;
     cluster::form().context("forming the cluster")?;
     let _host = serve(0)?;
     let hosts = watch_hosts()?;
@@ -343,10 +323,7 @@ pub async fn run(quick: bool, mode: &str, line: &mut Map<String, Value>) -> anyh
     for (index, name) in NAMES.iter().enumerate().skip(1) {
         let dir = pem.path().join(name);
         fs::create_dir(&dir)?;
-        let (cert, key_pair) = ca.issue()?;
-        fs::write(dir.join("roots.pem"), ca.cert.pem())?;
-        fs::write(dir.join("cert.pem"), cert.pem())?;
-        fs::write(dir.join("key.pem"), key_pair.serialize_pem())?;
+        ca.write_pem(&dir)?;
         let mut child = Command::new(env::current_exe()?)
             .arg(NODE_ARG)
             .arg(index.to_string())
@@ -357,13 +334,7 @@ pub async fn run(quick: bool, mode: &str, line: &mut Map<String, Value>) -> anyh
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting node {name}"))?;
-        if let (Ok(file), Some(pid)) = (env::var("PEER_PIDFILE"), child.id()) {
-            let mut f = fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(file)?;
-            writeln!(f, "{pid}")?;
-        }
+        record_pid(&child)?;
         let stdin = child.stdin.take().context("stdin")?;
         let stdout = BufReader::new(child.stdout.take().context("stdout")?).lines();
         members.push(Member {

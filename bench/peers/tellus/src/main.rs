@@ -427,6 +427,39 @@ impl CertificateAuthority {
     }
 }
 
+impl CertificateAuthority {
+    /// Node A's transport: its certificate in memory, as a node made in
+    /// code would hold it.
+    fn node_a_transport(&self, bind: SocketAddr) -> anyhow::Result<QuicTransport> {
+        let (cert, key) = self.issue()?;
+        let mut roots = RootCertStore::empty();
+        roots.add(self.cert.der().clone()).context("adding the CA")?;
+        let key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(key.serialize_der()));
+        QuicTransport::mutual_tls(bind, vec![cert.der().clone()], key, roots, SERVER_NAME)
+            .context("mutual TLS transport")
+    }
+
+    /// A certificate for a node that node A starts, with the CA, as the PEM
+    /// files it reads (see `join_cluster`).
+    fn write_pem(&self, dir: &Path) -> anyhow::Result<()> {
+        let (cert, key) = self.issue()?;
+        fs::write(dir.join("roots.pem"), self.cert.pem())?;
+        fs::write(dir.join("cert.pem"), cert.pem())?;
+        fs::write(dir.join("key.pem"), key.serialize_pem())?;
+        Ok(())
+    }
+}
+
+/// Appends a started node's pid to `$PEER_PIDFILE`, where the runner finds
+/// the processes to clean up.
+fn record_pid(child: &Child) -> anyhow::Result<()> {
+    if let (Ok(file), Some(pid)) = (env::var("PEER_PIDFILE"), child.id()) {
+        let mut f = fs::OpenOptions::new().create(true).append(true).open(file)?;
+        writeln!(f, "{pid}")?;
+    }
+    Ok(())
+}
+
 fn loopback() -> SocketAddr {
     SocketAddr::from((Ipv4Addr::LOCALHOST, 0))
 }
@@ -452,21 +485,11 @@ struct NodeB {
 /// joins it and serves `count` actors.
 async fn start_cluster(workload: &str, count: usize) -> anyhow::Result<NodeB> {
     let ca = CertificateAuthority::new()?;
-    let (cert, key) = ca.issue()?;
-    let mut roots = RootCertStore::empty();
-    roots.add(ca.cert.der().clone()).context("adding the CA")?;
-    let key = PrivateKeyDer::from(PrivatePkcs8KeyDer::from(key.serialize_der()));
-    let transport =
-        QuicTransport::mutual_tls(loopback(), vec![cert.der().clone()], key, roots, SERVER_NAME)
-            .context("mutual TLS transport")?;
-    let seed = start_endpoint(transport)?;
+    let seed = start_endpoint(ca.node_a_transport(loopback())?)?;
     cluster::form().context("forming the cluster")?;
 
     let dir = tempfile::tempdir().context("a directory for node B's PEM files")?;
-    let (cert, key) = ca.issue()?;
-    fs::write(dir.path().join("roots.pem"), ca.cert.pem())?;
-    fs::write(dir.path().join("cert.pem"), cert.pem())?;
-    fs::write(dir.path().join("key.pem"), key.serialize_pem())?;
+    ca.write_pem(dir.path())?;
 
     let mut child = Command::new(env::current_exe()?)
         .arg(NODE_B_ARG)
@@ -479,10 +502,7 @@ async fn start_cluster(workload: &str, count: usize) -> anyhow::Result<NodeB> {
         .kill_on_drop(true)
         .spawn()
         .context("starting node B")?;
-    if let (Ok(file), Some(pid)) = (env::var("PEER_PIDFILE"), child.id()) {
-        let mut f = fs::OpenOptions::new().create(true).append(true).open(file)?;
-        writeln!(f, "{pid}")?;
-    }
+    record_pid(&child)?;
     let stdin = child.stdin.take().context("node B's stdin")?;
     Ok(NodeB {
         child,
