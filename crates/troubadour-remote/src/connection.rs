@@ -919,6 +919,14 @@ pub enum Stream {
 }
 
 impl Stream {
+    /// The TCP socket under the stream.
+    pub(crate) fn tcp(&self) -> &TcpStream {
+        match self {
+            Stream::Tls(tls) => tls.get_ref().0,
+            Stream::Plain(tcp) => tcp,
+        }
+    }
+
     /// Whether the peer's certificate is issued for `node_name` (a DNS
     /// subject alternative name; webpki's matching, case-insensitive). Its
     /// chain was verified against the cluster's CA by TLS already. Nothing

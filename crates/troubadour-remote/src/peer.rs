@@ -186,6 +186,10 @@ impl Peer {
         self.queue_control(&Control::Hello {
             listen: self.shared.advertised_addr.map(|a| a.to_string()),
         });
+        // The I/O thread looks at this socket a moment before it sleeps, so
+        // an answer that comes back quickly is read without a wake-up.
+        #[cfg(unix)]
+        troubadour::remote::busy_poll(&self.shared.system, stream.tcp());
         let (reader, writer) = tokio::io::split(stream);
         *lock(&self.writer) = Some(writer);
         let rt = self.shared.runtime.clone();

@@ -10,6 +10,7 @@
 //! sends to the divert seam (`crate::simulation`) when one is installed.
 
 pub(crate) mod blocking;
+pub(crate) mod busy_poll;
 pub(crate) mod cell;
 pub(crate) mod crash_report;
 pub(crate) mod dead_letters;

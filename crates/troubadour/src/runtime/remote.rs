@@ -142,6 +142,29 @@ pub fn at_turn_end(work: &Arc<dyn TurnEnd>) -> bool {
     crate::runtime::scheduler::defer_to_turn_end(work)
 }
 
+/// Lets the system's own I/O thread poll `socket` for data for a short
+/// while before it sleeps, from now until the socket is closed
+/// ([`ActorSystemBuilder::io_busy_poll`](crate::ActorSystemBuilder::io_busy_poll)):
+/// data that arrives during the poll is read without waiting for the
+/// kernel to wake the thread. Does nothing where the system runs on a
+/// borrowed tokio runtime, where the poll is turned off, and off Linux.
+///
+/// For extension crates (the remote layer registers each connection's
+/// socket once its handshake is done); an application never calls it.
+///
+/// ```
+/// use troubadour::{remote, ActorSystem};
+/// let system = ActorSystem::new();
+/// let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+/// let socket = std::net::TcpStream::connect(listener.local_addr()?)?;
+/// remote::busy_poll(&system, &socket);
+/// # Ok::<(), std::io::Error>(())
+/// ```
+#[cfg(unix)]
+pub fn busy_poll(system: &SystemHandle, socket: &impl std::os::fd::AsFd) {
+    system.core.busy_poll.watch(socket.as_fd());
+}
+
 /// Runs `deliver` (which tells or asks local actors what arrived from the
 /// network) and, if its sends woke exactly one idle actor, keeps that actor
 /// instead of waking a worker for it, so that the calling thread can run

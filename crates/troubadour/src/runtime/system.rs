@@ -12,6 +12,7 @@ use crate::api::error::{
 use crate::api::exit::{ActorId, ExitReason};
 use crate::api::node_id::{validate_name, NodeId, MAX_SERIAL, SERIAL_BITS};
 use crate::api::supervision::{RestartLog, SupervisorStrategy};
+use crate::runtime::busy_poll::BusyPoll;
 use crate::runtime::crash_report::{self, CrashReports};
 use crate::runtime::dead_letters::{DeadLetter, DeadLetters};
 use crate::runtime::extensions::Extensions;
@@ -73,6 +74,8 @@ pub(crate) struct SystemCore {
     /// What extension crates attached (`SystemHandle::set_extension`).
     extensions: Extensions,
     started: Instant,
+    /// What the system's own I/O thread polls before it sleeps.
+    pub(crate) busy_poll: Arc<BusyPoll>,
 }
 
 impl Clock for SystemCore {

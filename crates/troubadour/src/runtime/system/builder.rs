@@ -30,6 +30,7 @@ pub struct ActorSystemBuilder {
     crash_reports: CrashReports,
     guardian_strategy: SupervisorStrategy,
     observe: bool,
+    io_busy_poll: Duration,
 }
 
 impl Default for ActorSystemBuilder {
@@ -50,6 +51,7 @@ impl Default for ActorSystemBuilder {
             crash_reports: CrashReports::default(),
             guardian_strategy: SupervisorStrategy::default(),
             observe: false,
+            io_busy_poll: crate::runtime::busy_poll::DEFAULT,
         }
     }
 }
@@ -242,6 +244,39 @@ impl ActorSystemBuilder {
         self
     }
 
+    /// How long the system's own I/O thread polls the sockets of remote
+    /// connections for data before it sleeps (default 50 µs; `ZERO` turns
+    /// it off).
+    ///
+    /// A remote round trip on an idle node otherwise waits, on each side,
+    /// for the kernel to wake the I/O thread when the answer arrives, which
+    /// on a virtual machine is most of the round trip; Erlang's schedulers
+    /// busy-wait before they sleep for the same reason. The poll ends as
+    /// soon as a socket is readable or a task is queued for the thread, and
+    /// yields the CPU between looks, so other threads ready on that CPU run
+    /// first. Its cost is CPU time: up to this long after each burst of
+    /// remote traffic, on one thread; and a tokio timer of that thread may
+    /// fire up to this late. Set it to `ZERO` where the CPU time
+    /// matters more than the round trip (many nodes sharing few cores,
+    /// battery-powered devices).
+    ///
+    /// Only the runtime the system starts for itself polls: with
+    /// [`tokio_handle`](Self::tokio_handle), or inside `#[tokio::main]`,
+    /// the runtime's threads are the application's and sleep as it built
+    /// them. A system without remote connections never polls.
+    ///
+    /// ```
+    /// use troubadour::ActorSystem;
+    /// use std::time::Duration;
+    /// let system = ActorSystem::builder()
+    ///     .io_busy_poll(Duration::ZERO)
+    ///     .build();
+    /// ```
+    pub fn io_busy_poll(mut self, time: Duration) -> Self {
+        self.io_busy_poll = time;
+        self
+    }
+
     /// Uses this tokio runtime for handlers' I/O and timers. By default the
     /// current multi-threaded runtime is used when there is one (inside
     /// `#[tokio::main]`), else the system starts a small one of its own.
@@ -274,15 +309,22 @@ impl ActorSystemBuilder {
         let current = tokio::runtime::Handle::try_current()
             .ok()
             .filter(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        let tokio = match self.tokio.or(current) {
-            Some(h) => TokioRuntime::borrowed(h),
-            None => TokioRuntime::own(
-                tokio::runtime::Builder::new_multi_thread()
+        let (tokio, busy_poll) = match self.tokio.or(current) {
+            Some(h) => (
+                TokioRuntime::borrowed(h),
+                Arc::new(BusyPoll::new(Duration::ZERO)),
+            ),
+            None => {
+                let busy_poll = Arc::new(BusyPoll::new(self.io_busy_poll));
+                let polls = busy_poll.clone();
+                let runtime = tokio::runtime::Builder::new_multi_thread()
                     .worker_threads(1)
                     .thread_name("troubadour-io")
+                    .on_thread_park(move || polls.before_park())
                     .enable_all()
-                    .build()?,
-            ),
+                    .build()?;
+                (TokioRuntime::own(runtime), busy_poll)
+            }
         };
         crash_report::install();
         let (node, index) = NodeId::start(&self.name, self.incarnation)?;
@@ -321,6 +363,7 @@ impl ActorSystemBuilder {
                 .then(crate::runtime::observation::LiveActors::new),
             extensions: Default::default(),
             started: Instant::now(),
+            busy_poll,
         });
         Ok(ActorSystem {
             handle: SystemHandle { core },
