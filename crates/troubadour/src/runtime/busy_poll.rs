@@ -22,7 +22,7 @@
 //! drops closed files from every epoll set), so nothing is removed by hand
 //! and a reused descriptor number cannot remove another socket.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The default for [`ActorSystemBuilder::io_busy_poll`](crate::ActorSystemBuilder::io_busy_poll).
 pub(crate) const DEFAULT: Duration = Duration::from_micros(50);
@@ -88,7 +88,7 @@ impl BusyPoll {
                 return;
             };
             let metrics = runtime.metrics();
-            let now = rustix::event::Timespec {
+            let at_once = rustix::event::Timespec {
                 tv_sec: 0,
                 tv_nsec: 0,
             };
@@ -96,16 +96,16 @@ impl BusyPoll {
                 flags: epoll::EventFlags::empty(),
                 data: epoll::EventData::new_u64(0),
             }];
-            let until = Instant::now() + self.spin;
+            let until = std::time::Instant::now() + self.spin;
             loop {
-                match epoll::wait(sockets, &mut ready, Some(&now)) {
+                match epoll::wait(sockets, &mut ready, Some(&at_once)) {
                     Ok(0) => {}
                     // Readable (or closed, or in error: the reader sees it).
                     Ok(_) => return,
                     // Interrupted: park, tokio's epoll will tell.
                     Err(_) => return,
                 }
-                if metrics.global_queue_depth() > 0 || Instant::now() >= until {
+                if metrics.global_queue_depth() > 0 || std::time::Instant::now() >= until {
                     return;
                 }
                 // Another thread ready on this CPU (a worker with work, the
