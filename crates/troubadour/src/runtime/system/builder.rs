@@ -316,14 +316,18 @@ impl ActorSystemBuilder {
             ),
             None => {
                 let busy_poll = Arc::new(BusyPoll::new(self.io_busy_poll));
-                let polls = busy_poll.clone();
-                let runtime = tokio::runtime::Builder::new_multi_thread()
+                let mut runtime = tokio::runtime::Builder::new_multi_thread();
+                runtime
                     .worker_threads(1)
                     .thread_name("troubadour-io")
-                    .on_thread_park(move || polls.before_park())
-                    .enable_all()
-                    .build()?;
-                (TokioRuntime::own(runtime), busy_poll)
+                    .enable_all();
+                // tokio under loom has no park hooks (and loom no sockets).
+                #[cfg(not(loom))]
+                {
+                    let polls = busy_poll.clone();
+                    runtime.on_thread_park(move || polls.before_park());
+                }
+                (TokioRuntime::own(runtime.build()?), busy_poll)
             }
         };
         crash_report::install();
