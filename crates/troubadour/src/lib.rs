@@ -190,6 +190,5 @@ pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
     pub use crate::primitives::mailbox::{Link, Pop, Queue, SignalStack};
     pub use crate::primitives::nodes::SlabCount;
-    pub use crate::primitives::run_state::{Notify, RunState, CLOSED, SCHEDULED};
     pub use crate::runtime::scheduler::{Idle, NextSlot};
 }

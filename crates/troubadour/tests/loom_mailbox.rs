@@ -1,5 +1,5 @@
 //! Loom models of the lock-free core: the mailbox queue, the signal stack,
-//! the scheduling protocol (`run_state.rs`) driving a real queue, the count
+//! the consumer role carried by the queue's tail (`mailbox.rs`), the count
 //! that frees a message slab (`nodes.rs`) and a worker's next-actor slot
 //! (`scheduler/next_slot.rs`).
 //!
@@ -11,9 +11,7 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use troubadour::loom_support::{
-    Idle, Link, NextSlot, Notify, Pop, Queue, RunState, SignalStack, SlabCount, SCHEDULED,
-};
+use troubadour::loom_support::{Idle, Link, NextSlot, Pop, Queue, SignalStack, SlabCount};
 
 #[repr(C)]
 struct Node {
@@ -59,8 +57,10 @@ fn queue_mpsc_fifo_no_loss() {
                 let q = q.clone();
                 thread::spawn(move || {
                     for s in 0..(2 - p) {
-                        // SAFETY: a fresh node; the queue outlives it.
-                        unsafe { q.0.push(node(p, s)) };
+                        // SAFETY: a fresh node; the queue outlives it. The
+                        // consumer below keeps the role throughout.
+                        let took_role = unsafe { q.0.push(node(p, s)) };
+                        assert!(!took_role);
                     }
                 })
             })
@@ -134,19 +134,24 @@ fn signal_stack_take_all_races_pushes() {
     });
 }
 
-/// The scheduling protocol: producers enqueue then `notify`; whoever
-/// acquires the SCHEDULED bit drains the queue and `release`s, re-checking
-/// for input. Checked: never two consumers at once, and no message is left
-/// in the queue with nobody scheduled to take it (a lost wake-up).
+/// The consumer role (`mailbox.rs`, invariants 4–6): two senders push
+/// (the one whose push finds the role free runs the actor) while a third
+/// records a signal and offers the role, against a holder that drains and
+/// lets go. Whatever the interleaving, nobody runs the actor twice at once,
+/// every message and the signal are handled, and the role ends free: no
+/// input is left with nobody to take it (a lost wake-up).
 #[test]
-fn scheduling_protocol_never_loses_a_wakeup() {
+fn consumer_role_never_loses_a_wakeup() {
     struct Actor {
-        run: RunState,
         queue: Queue,
+        /// Signals sent and not yet taken: stands for the signal stack,
+        /// whose push is a read-modify-write too.
+        signal: AtomicUsize,
         consuming: AtomicBool,
         handled: AtomicUsize,
+        signals: AtomicUsize,
     }
-    // SAFETY: (test) the queue is only popped by the holder of the bit.
+    // SAFETY: (test) the queue is only popped by the holder of the role.
     unsafe impl Send for Actor {}
     // SAFETY: (test) as for `Send`.
     unsafe impl Sync for Actor {}
@@ -154,6 +159,8 @@ fn scheduling_protocol_never_loses_a_wakeup() {
     fn consume(a: &Actor) {
         loop {
             assert!(!a.consuming.swap(true, Ordering::SeqCst), "two consumers");
+            let taken = a.signal.swap(0, Ordering::SeqCst);
+            a.signals.fetch_add(taken, Ordering::SeqCst);
             loop {
                 // SAFETY: `consuming` asserts we are the only consumer.
                 match unsafe { a.queue.pop() } {
@@ -164,45 +171,71 @@ fn scheduling_protocol_never_loses_a_wakeup() {
                     }
                     Pop::Empty => break,
                     // A producer is mid-push. The real cell ends its turn and
-                    // is rescheduled behind other work; here, let the other
-                    // threads run and retry.
+                    // its release fails (the queue is not empty); here, let
+                    // the other threads run and retry.
                     Pop::Inconsistent => thread::yield_now(),
                 }
             }
             a.consuming.store(false, Ordering::SeqCst);
-            if !a.run.release(|_| !a.queue.looks_empty()) {
-                return;
+            // As `ActorCell::release` does.
+            // SAFETY: we hold the role, and no `Consumer` is alive.
+            if !unsafe { a.queue.release(false) } {
+                continue;
             }
+            if a.signal.load(Ordering::SeqCst) != 0 && a.queue.try_acquire() {
+                continue;
+            }
+            return;
         }
     }
 
     loom::model(|| {
         let a = Arc::new(Actor {
-            run: RunState::new(0),
             queue: Queue::new(),
+            signal: AtomicUsize::new(0),
             consuming: AtomicBool::new(false),
             handled: AtomicUsize::new(0),
+            signals: AtomicUsize::new(0),
         });
-        let producers: Vec<_> = (0..2)
+        // The creator holds the role; an idle actor's is free.
+        // SAFETY: we hold the role and the queue is empty.
+        assert!(unsafe { a.queue.release(false) });
+        let mut threads: Vec<_> = (0..2)
             .map(|p| {
                 let a = a.clone();
                 thread::spawn(move || {
                     // SAFETY: a fresh node; the queue outlives it.
-                    unsafe { a.queue.push(node(p, 0)) };
-                    match a.run.notify(0) {
-                        Notify::Acquired => consume(&a),
-                        Notify::AlreadyScheduled => {}
-                        Notify::AcquiredClosed => unreachable!(),
+                    if unsafe { a.queue.push(node(p, 0)) } {
+                        consume(&a);
                     }
                 })
             })
             .collect();
-        for p in producers {
-            p.join().unwrap();
+        let signaller = a.clone();
+        threads.push(thread::spawn(move || {
+            signaller.signal.fetch_add(1, Ordering::SeqCst);
+            if signaller.queue.try_acquire() {
+                consume(&signaller);
+            }
+        }));
+        for t in threads {
+            t.join().unwrap();
         }
-        // Quiescent: nobody holds the bit, and everything was handled.
-        assert_eq!(a.run.load() & SCHEDULED, 0);
-        assert_eq!(a.handled.load(Ordering::SeqCst), 2);
+        // Quiescent: nobody holds the role, and everything was handled.
+        assert!(a.queue.is_idle(), "the role was left taken");
+        assert_eq!(
+            a.handled.load(Ordering::SeqCst),
+            2,
+            "a message was stranded"
+        );
+        assert_eq!(
+            a.signals.load(Ordering::SeqCst),
+            1,
+            "the signal was stranded"
+        );
+        // Leave no nodes behind for the next model run (none are queued).
+        // SAFETY: quiescent; we are the only thread.
+        assert_eq!(unsafe { a.queue.pop() }, Pop::Empty);
     });
 }
 

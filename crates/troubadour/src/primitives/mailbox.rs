@@ -36,11 +36,43 @@
 //! 3. The queue is empty exactly when `tail` is the stub: every push moves
 //!    `tail` off the stub and only a re-push of the stub moves it back, after
 //!    which the consumer has taken everything before it. Any thread may test
-//!    this ([`Queue::looks_empty`]), which the scheduling protocol in
-//!    `cell.rs` relies on after it releases the consumer role.
+//!    this ([`Queue::looks_empty`]).
+//!
+//! # The consumer role (who may run the actor)
+//!
+//! An actor is run by at most one thread at a time, and an actor with input
+//! is never left idle. Both follow from one rule: the thread that holds the
+//! consumer role pops, and must run the actor (or hand it to a worker) until
+//! it gives the role up. The role lives in the low bit of `tail`, `IDLE`:
+//! set means nobody holds it. Keeping it there, as Pony's message queue
+//! does, lets a send take the role with the same `swap` that queues its
+//! message, instead of a second read-modify-write on a separate word (a
+//! tenth of a ring hop's cost, decision 0048).
+//!
+//! 4. Only the holder sets `IDLE` ([`Queue::release`], a `compare_exchange`
+//!    from the `tail` it saw); a push, which always leaves its own unmarked
+//!    node in `tail`, and [`Queue::try_acquire`] clear it. So the thread
+//!    whose `swap` or `compare_exchange` took a marked value is the one new
+//!    holder, and while someone holds the role `tail` is unmarked.
+//! 5. A running actor gives the role up only with its queue empty: the
+//!    release's exchange succeeds only from the stub (invariant 3), so a
+//!    message pushed before it fails it and the holder runs on. One pushed
+//!    after it finds the mark and takes the role. No message is stranded.
+//!    An actor that waits (its async handler is suspended, or it is between
+//!    stopping and restarting) may give it up with messages queued; the next
+//!    push takes the role and its turn finds it still waiting.
+//! 6. Input that is not a message (a control signal, a woken future) is
+//!    recorded first and then offered with `try_acquire`; the releasing
+//!    holder looks for it after its release. Both the offer and the release
+//!    are read-modify-writes of `tail`, so one comes after the other in its
+//!    history: either the offer finds the mark and takes the role, or the
+//!    release reads what the offer wrote (or a later push) and so sees the
+//!    recorded input, and the holder takes the role back. A push is the
+//!    same: its `swap` either finds the mark or precedes the release, whose
+//!    exchange then fails because `tail` moved.
 //!
 //! The single-consumer rule is enforced outside this module: only the thread
-//! holding an actor's `SCHEDULED` bit calls `pop` (see `cell.rs`).
+//! holding the role calls `pop` (see `cell.rs`).
 
 use crate::primitives::sync::{AtomicPtr, Ordering};
 use std::ptr;
@@ -69,6 +101,20 @@ pub enum Pop {
     Inconsistent,
 }
 
+/// The low bit of `tail`: nobody holds the consumer role (invariant 4).
+/// Nodes and the stub hold an `AtomicPtr`, so their addresses are even.
+const IDLE: usize = 1;
+
+#[inline]
+fn is_idle(tail: *mut Link) -> bool {
+    tail.addr() & IDLE != 0
+}
+
+#[inline]
+fn unmarked(tail: *mut Link) -> *mut Link {
+    tail.map_addr(|a| a & !IDLE)
+}
+
 /// `tail` last: see the layout note on the actor cell.
 #[repr(C)]
 pub struct Queue {
@@ -86,6 +132,7 @@ unsafe impl Send for Queue {}
 unsafe impl Sync for Queue {}
 
 impl Queue {
+    /// An empty queue whose creator holds the consumer role.
     pub fn new() -> Self {
         Queue {
             head: AtomicPtr::new(ptr::null_mut()),
@@ -99,8 +146,11 @@ impl Queue {
         &self.stub as *const Link as *mut Link
     }
 
+    /// The node a `tail` value stands for: the mark stripped, null for
+    /// the stub.
     #[inline]
     fn resolve(&self, p: *mut Link) -> *mut Link {
+        let p = unmarked(p);
         if p.is_null() {
             self.stub()
         } else {
@@ -108,23 +158,108 @@ impl Queue {
         }
     }
 
-    /// Appends a node. Wait-free: one swap and one store.
+    /// Appends a node. Wait-free: one swap and one store. Returns `true` if
+    /// nobody held the consumer role: the caller now holds it (invariant 4)
+    /// and must run the actor or hand it on.
     ///
     /// # Safety
     /// `node` must be a valid, exclusively owned node that stays allocated
     /// until `pop` returns it; the queue must not move while it holds nodes.
     #[inline]
-    pub unsafe fn push(&self, node: *mut Link) {
+    #[must_use = "a push that takes the consumer role must run the actor or hand it on"]
+    pub unsafe fn push(&self, node: *mut Link) -> bool {
         // SAFETY: `node` is valid and ours (contract).
         unsafe { (*node).next.store(ptr::null_mut(), Ordering::Relaxed) };
-        // SeqCst: the scheduling protocol's fast path relies on it (run_state.rs).
-        let prev = self.resolve(self.tail.swap(node, Ordering::SeqCst));
+        // SeqCst: the role's hand-over relies on it (invariant 6).
+        let prev = self.tail.swap(node, Ordering::SeqCst);
         // Publishing the link is the second step; between the two the queue
         // is "inconsistent" (invariant 1).
         // SAFETY: `prev` was the tail: the stub (part of the queue, which
         // does not move) or a node still allocated until `pop` returns it,
         // which cannot happen before this store links it (invariant 2).
-        unsafe { (*prev).next.store(node, Ordering::Release) };
+        unsafe { (*self.resolve(prev)).next.store(node, Ordering::Release) };
+        is_idle(prev)
+    }
+
+    /// Takes the consumer role if nobody holds it; `true` if the caller
+    /// now does. For input that is not a message (invariant 6): record it
+    /// first, then offer it with this.
+    ///
+    /// Always a read-modify-write, even when the role is held (it then
+    /// writes back the value it read): the holder's release is one too, so
+    /// the two are ordered in `tail`'s history, and whichever comes second
+    /// sees the other's side: the offer finds the mark, or the release
+    /// synchronizes with the offer and the holder's next look finds the
+    /// input. A plain load would need `SeqCst`'s single order to close the
+    /// same race, which loom does not model.
+    #[inline]
+    pub fn try_acquire(&self) -> bool {
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        loop {
+            match self.tail.compare_exchange_weak(
+                tail,
+                unmarked(tail),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(seen) => return is_idle(seen),
+                Err(now) => tail = now,
+            }
+        }
+    }
+
+    /// Gives up the consumer role, if the queue is empty or `even_if_queued`
+    /// (an actor that waits; invariant 5). `false`: a message is queued and
+    /// the caller still holds the role. After `true` the caller must look
+    /// for the input offered with [`try_acquire`](Self::try_acquire)
+    /// (invariant 6).
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, and no [`Consumer`] of this
+    /// queue is alive.
+    #[inline]
+    pub unsafe fn release(&self, even_if_queued: bool) -> bool {
+        // The holder's view: unmarked (invariant 4).
+        let mut tail = self.tail.load(Ordering::Relaxed);
+        loop {
+            if !even_if_queued && self.resolve(tail) != self.stub() {
+                return false;
+            }
+            match self.tail.compare_exchange(
+                tail,
+                tail.map_addr(|a| a | IDLE),
+                Ordering::SeqCst,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                // Only a push can have moved it: look again.
+                Err(now) => tail = now,
+            }
+        }
+    }
+
+    /// `true` if nobody holds the consumer role (for tests: it may change
+    /// at any moment).
+    #[cfg(any(test, loom))]
+    pub fn is_idle(&self) -> bool {
+        is_idle(self.tail.load(Ordering::SeqCst))
+    }
+
+    /// Puts the stub back behind the last node (invariant 2), leaving
+    /// `tail` unmarked: the holder's `tail` is (invariant 4); the other
+    /// caller, a cell's `Drop` emptying the queue, leaves nobody to take it.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role (or the queue alone) and the stub
+    /// is not linked in.
+    #[inline]
+    unsafe fn push_stub(&self) {
+        let stub = self.stub();
+        // SAFETY: the stub is part of the queue, ours while unlinked (contract).
+        unsafe { (*stub).next.store(ptr::null_mut(), Ordering::Relaxed) };
+        let prev = self.tail.swap(stub, Ordering::SeqCst);
+        // SAFETY: as in `push`.
+        unsafe { (*self.resolve(prev)).next.store(stub, Ordering::Release) };
     }
 
     /// Takes the oldest node.
@@ -197,9 +332,9 @@ impl Queue {
         }
         // `head` is the last node: put the stub behind it so it can be
         // handed out (invariant 2).
-        // SAFETY: the stub is part of the queue and no longer linked in
-        // (we took it out above), so it is ours to push.
-        unsafe { self.push(stub) };
+        // SAFETY: we hold the role (contract), and the stub is no longer
+        // linked in (we took it out above).
+        unsafe { self.push_stub() };
         // SAFETY: as above.
         next = unsafe { (*head).next.load(Ordering::Acquire) };
         if !next.is_null() {
@@ -387,7 +522,7 @@ mod tests {
         unsafe {
             assert_eq!(q.pop(), Pop::Empty);
             for i in 0..10 {
-                q.push(node(i));
+                assert!(!q.push(node(i)), "the creator holds the role");
             }
             assert!(!q.looks_empty());
             for i in 0..10 {
@@ -399,7 +534,7 @@ mod tests {
             assert_eq!(q.pop(), Pop::Empty);
             assert!(q.looks_empty());
             // Reuse after draining exercises the stub re-push path.
-            q.push(node(42));
+            assert!(!q.push(node(42)));
             match q.pop() {
                 Pop::Data(p) => assert_eq!(take(p), 42),
                 other => panic!("got {other:?}"),
@@ -414,7 +549,7 @@ mod tests {
         unsafe {
             assert_eq!(q.count_up_to(100), 0);
             for i in 0..5 {
-                q.push(node(i));
+                assert!(!q.push(node(i)));
             }
             assert_eq!(q.count_up_to(100), 5);
             assert_eq!(q.count_up_to(3), 3, "the cap bounds the walk");
@@ -427,13 +562,58 @@ mod tests {
                 assert_eq!(take(p), i);
                 assert_eq!(q.count_up_to(100), 4 - i as u32);
             }
-            q.push(node(7));
-            q.push(node(8));
+            assert!(!q.push(node(7)));
+            assert!(!q.push(node(8)));
             assert_eq!(q.count_up_to(100), 2);
             while let Pop::Data(p) = q.pop() {
                 take(p);
             }
             assert_eq!(q.count_up_to(100), 0);
+        }
+    }
+
+    #[test]
+    fn the_role_passes_with_the_tail() {
+        let q = Queue::new();
+        // SAFETY: one thread, which holds the role whenever it pops or
+        // releases; nodes come from `node` and are taken back once each.
+        unsafe {
+            assert!(!q.is_idle(), "the creator holds the role");
+            assert!(!q.try_acquire(), "a held role cannot be taken");
+            assert!(q.release(false), "an empty queue's holder lets go");
+            assert!(q.is_idle());
+            assert!(q.push(node(1)), "the first push takes the free role");
+            assert!(!q.is_idle());
+            assert!(!q.push(node(2)), "only one push takes it");
+            assert!(
+                !q.release(false),
+                "a running actor keeps it while messages wait"
+            );
+            let Pop::Data(p) = q.pop() else {
+                panic!("lost")
+            };
+            assert_eq!(take(p), 1);
+            assert!(!q.release(false), "one message is still queued");
+            assert!(
+                q.release(true),
+                "a waiting actor lets go with messages queued"
+            );
+            assert!(q.try_acquire(), "an offer takes the free role");
+            assert!(!q.try_acquire(), "once");
+            let Pop::Data(p) = q.pop() else {
+                panic!("lost")
+            };
+            assert_eq!(take(p), 2);
+            assert_eq!(q.pop(), Pop::Empty);
+            assert!(q.release(false));
+            assert!(
+                q.push(node(3)),
+                "a push after the last pop takes the role again"
+            );
+            let Pop::Data(p) = q.pop() else {
+                panic!("lost")
+            };
+            assert_eq!(take(p), 3);
         }
     }
 
@@ -472,7 +652,9 @@ mod tests {
                 std::thread::spawn(move || {
                     for i in 0..PER {
                         // SAFETY: a fresh node; `q` outlives the threads.
-                        unsafe { q.push(node(p << 32 | i)) };
+                        // The consumer below keeps the role throughout.
+                        let took_role = unsafe { q.push(node(p << 32 | i)) };
+                        assert!(!took_role);
                     }
                 })
             })

@@ -11,7 +11,7 @@
 //! * `run`, `mailbox` (producer side), `signals` (producer side), `id`,
 //!   `system`, `config`: shared, touched by any thread.
 //! * everything in an `UnsafeCell`: consumer-only, touched only by the thread
-//!   holding the `SCHEDULED` bit (see `run_state.rs`). References into them
+//!   holding the consumer role (see `mailbox.rs`). References into them
 //!   are kept short and never held across a call into user code, except the
 //!   `&mut A` / `&mut Context<A>` a handler receives.
 
@@ -21,7 +21,7 @@ use crate::api::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::api::supervision::{Restart, RestartLog, RestartPlan};
 use crate::primitives::mailbox::{Pop, Queue, SignalStack};
 use crate::primitives::run_state::{
-    Notify, RunState, CLOSED, DETACHED, HELD, NAMED, SCHEDULED, SEALED, TOP_LEVEL, WOKEN,
+    RunState, CLOSED, DETACHED, HELD, NAMED, SEALED, TOP_LEVEL, WOKEN,
 };
 use crate::runtime::envelope::{Envelope, EnvelopeQueue, Handled, Suspended};
 use crate::runtime::scheduler::{Runnable, Scheduler, Turn};
@@ -180,14 +180,14 @@ pub(crate) struct ActorCell<A: Actor> {
 }
 
 // SAFETY: the consumer-only fields are touched only by the thread holding
-// the SCHEDULED bit (module docs); `A: Send` and messages are `Send`.
+// the consumer role (module docs); `A: Send` and messages are `Send`.
 unsafe impl<A: Actor> Send for ActorCell<A> {}
 // SAFETY: as for `Send`.
 unsafe impl<A: Actor> Sync for ActorCell<A> {}
 
 impl<A: Actor> ActorCell<A> {
-    /// A cell in `Starting` phase. `scheduled` cells are created owning the
-    /// consumer role (the spawner schedules them at once).
+    /// A cell in `Starting` phase, created owning the consumer role (the
+    /// spawner schedules it at once, or a `LocalActor` keeps it).
     pub(crate) fn new(
         system: Arc<SystemCore>,
         id: ActorId,
@@ -202,7 +202,7 @@ impl<A: Actor> ActorCell<A> {
             0
         };
         Arc::new(ActorCell {
-            run: RunState::new(SCHEDULED | held | top),
+            run: RunState::new(held | top),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(true),
@@ -227,7 +227,7 @@ impl<A: Actor> ActorCell<A> {
     ) -> Arc<Self> {
         debug_assert!(config.route.is_some());
         Arc::new(ActorCell {
-            run: RunState::new(SCHEDULED | HELD | DETACHED),
+            run: RunState::new(HELD | DETACHED),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(false),
@@ -350,8 +350,10 @@ impl<A: Actor> ActorCell<A> {
     pub(crate) unsafe fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
         // SAFETY: `env` is a live node we own (contract); the cell is pinned
         // in its Arc.
-        unsafe { self.mailbox.push(Envelope::as_link(env)) };
-        self.notify(0);
+        if unsafe { self.mailbox.push(Envelope::as_link(env)) } {
+            // SAFETY: the push took the role.
+            unsafe { self.acquired() };
+        }
     }
 
     pub(crate) fn send_signal(self: &Arc<Self>, signal: Signal) {
@@ -361,43 +363,37 @@ impl<A: Actor> ActorCell<A> {
         }
         // SAFETY: as for `enqueue`.
         unsafe { self.signals.push(SignalNode::boxed(signal)) };
-        self.notify(0);
+        self.offer();
     }
 
-    /// After enqueueing: the fast path (already scheduled: one load) stays
-    /// inline; taking ownership does not.
-    #[inline]
-    fn notify(self: &Arc<Self>, extra: u32) {
-        match self.run.notify(extra) {
-            Notify::AlreadyScheduled => {}
-            // SAFETY: `notify` just told us we set the bit.
-            acquired => unsafe { self.acquired(acquired) },
+    /// Offers the consumer role after recording input that is not a
+    /// message (a signal, a wake-up): if nobody holds it, take it and run
+    /// the actor; otherwise its holder sees the input (`mailbox.rs`,
+    /// invariant 6).
+    fn offer(self: &Arc<Self>) {
+        if self.mailbox.try_acquire() {
+            // SAFETY: we just took the role.
+            unsafe { self.acquired() };
         }
     }
 
-    /// The consumer role just won by a producer: schedule the actor, or, if
-    /// it has stopped, drain what was sent to it and give the role up.
+    /// The consumer role just taken by a sender: schedule the actor, or, if
+    /// it has stopped, drain what was sent to it and give the role up. Out
+    /// of line: a send to an actor that is already scheduled stays small.
     ///
     /// # Safety
-    /// `how` is what `self.run.notify` returned to this thread just now:
-    /// with `Acquired` or `AcquiredClosed` the caller holds the role.
+    /// The caller holds the role and hands it over with this call.
     #[inline(never)]
-    unsafe fn acquired(self: &Arc<Self>, how: Notify) {
-        match how {
-            Notify::AlreadyScheduled => {}
+    unsafe fn acquired(self: &Arc<Self>) {
+        // `CLOSED` is set by the role's holder before it gives the role up,
+        // so taking the role shows it (`run_state.rs`).
+        if self.run.load() & CLOSED == 0 {
             // SAFETY: we hold the role (contract) and hand it over.
-            Notify::Acquired => unsafe { self.schedule() },
-            Notify::AcquiredClosed => {
-                // We own a stopped actor: report what was sent to it.
-                // SAFETY: we hold the role (contract), and again whenever
-                // `release` says it was taken back.
-                unsafe {
-                    self.drain_closed();
-                    if self.run.release(|_| self.has_input_closed()) {
-                        self.drain_closed_loop();
-                    }
-                }
-            }
+            unsafe { self.schedule() };
+        } else {
+            // We own a stopped actor: report what was sent to it.
+            // SAFETY: we hold the role (contract).
+            unsafe { self.drain_closed_loop() };
         }
     }
 
@@ -407,15 +403,28 @@ impl<A: Actor> ActorCell<A> {
     /// The caller holds the consumer role of a stopped (`CLOSED`) actor; it
     /// has given it up when this returns.
     unsafe fn drain_closed_loop(self: &Arc<Self>) {
-        // SAFETY: we hold the consumer role (this function's contract).
+        // SAFETY: we hold the consumer role (this function's contract), and
+        // again whenever the release says it was taken back.
         unsafe {
             loop {
                 self.drain_closed();
-                if !self.run.release(|_| self.has_input_closed()) {
+                if !self.release_closed() {
                     return;
                 }
             }
         }
+    }
+
+    /// Gives up the role of a stopped actor unless input came meanwhile
+    /// (then the caller holds it again: `true`). No wake-ups: a stopped
+    /// actor has no suspended handler to resume.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, and no mailbox run is open.
+    unsafe fn release_closed(&self) -> bool {
+        // SAFETY: we hold the role (contract).
+        !unsafe { self.mailbox.release(false) }
+            || (!self.signals.looks_empty() && self.mailbox.try_acquire())
     }
 
     /// Hands the actor (whose consumer role the caller holds) to whoever
@@ -435,7 +444,8 @@ impl<A: Actor> ActorCell<A> {
     }
 
     pub(crate) fn wake(self: &Arc<Self>) {
-        self.notify(WOKEN);
+        self.run.set(WOKEN);
+        self.offer();
     }
 
     /// For a `LocalActor`: not attached to a supervisor until spawned.
@@ -480,15 +490,14 @@ impl<A: Actor> ActorCell<A> {
     }
 
     // ---- consumer side -------------------------------------------------
-    // SAFETY (all `unsafe` accessors below): callers hold the SCHEDULED bit
+    // SAFETY (all `unsafe` accessors below): callers hold the consumer role
     // or own the cell through a `LocalActor`.
 
     /// Where the actor is in its life.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     #[inline]
     pub(crate) unsafe fn phase(&self) -> Phase {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -498,9 +507,8 @@ impl<A: Actor> ActorCell<A> {
     /// Moves the actor to phase `p`.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     #[inline]
     unsafe fn set_phase(&self, p: Phase) {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -512,9 +520,8 @@ impl<A: Actor> ActorCell<A> {
     /// Records what user code asked for (stop, fail); applied after it returns.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(crate) unsafe fn request(&self, r: Request, reason: Option<ExitReason>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -526,13 +533,12 @@ impl<A: Actor> ActorCell<A> {
     }
 
     #[inline]
-    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    // The consumer-only cells hand out `&mut` by the consumer-role protocol.
     /// The extras, if allocated.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No other reference into the extras (from this or another accessor) is
     /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
@@ -545,9 +551,8 @@ impl<A: Actor> ActorCell<A> {
     /// methods) that must not claim exclusive access.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No `&mut` into the extras is used while the returned reference lives.
     #[inline]
     pub(crate) unsafe fn extras_ref(&self) -> Option<&Extras<A>> {
@@ -555,13 +560,12 @@ impl<A: Actor> ActorCell<A> {
         unsafe { (*self.extras.get()).as_deref() }
     }
 
-    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    // The consumer-only cells hand out `&mut` by the consumer-role protocol.
     /// The extras, allocated on first use.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No other reference into the extras (from this or another accessor) is
     /// used while the returned one lives.
     #[allow(clippy::mut_from_ref)]
@@ -571,13 +575,12 @@ impl<A: Actor> ActorCell<A> {
     }
 
     #[inline]
-    // The consumer-only cells hand out `&mut` by the SCHEDULED-bit protocol.
+    // The consumer-only cells hand out `&mut` by the consumer-role protocol.
     /// The actor.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// The actor is present (not dropped by a stop or a failed restart), and no
     /// other reference to it is used while the returned one lives (a suspended
     /// handler's future holds one: see `has_suspended`).
@@ -643,9 +646,8 @@ impl<A: Actor> ActorCell<A> {
     /// reported and returned as an exit reason (a stop records it).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No reference to the actor is alive (a suspended future is dropped first).
     unsafe fn drop_actor(&self) -> Option<ExitReason> {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -678,9 +680,8 @@ impl<A: Actor> ActorCell<A> {
     /// becomes the exit reason), a restart goes on regardless.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No reference to the actor is alive.
     unsafe fn guarded_hook(
         self: &Arc<Self>,
@@ -709,9 +710,8 @@ impl<A: Actor> ActorCell<A> {
     /// holds the `&mut A`).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     #[inline]
     pub(crate) unsafe fn has_suspended(&self) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -724,9 +724,8 @@ impl<A: Actor> ActorCell<A> {
     /// as in any turn.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// The cell is detached (a `LocalActor`'s): nobody else may run it.
     #[cold]
     pub(crate) unsafe fn finish_suspended(self: &Arc<Self>) {
@@ -758,9 +757,8 @@ impl<A: Actor> ActorCell<A> {
     /// A waker that schedules this actor, made once per actor that awaits.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No other reference into the extras (from this or another accessor) is
     /// used while the returned one lives.
     pub(crate) unsafe fn waker(self: &Arc<Self>) -> Waker {
@@ -805,9 +803,8 @@ impl<A: Actor> ActorCell<A> {
     /// `left` down. Returns `true` if the budget ran out with more to do.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     #[inline(always)]
     unsafe fn turn_counted(self: &Arc<Self>, left: &mut u32) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -971,9 +968,8 @@ impl<A: Actor> ActorCell<A> {
     /// can take no more messages this turn.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// `env` is a live node built for this actor type, owned by the caller.
     unsafe fn dispatch(self: &Arc<Self>, env: *mut Envelope<A>, ctx: &mut Context<A>) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -1044,9 +1040,8 @@ impl<A: Actor> ActorCell<A> {
     /// may take messages again.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn resume_suspended(self: &Arc<Self>) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -1077,9 +1072,8 @@ impl<A: Actor> ActorCell<A> {
     /// keeps running.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     /// No reference to the actor from user code is alive.
     unsafe fn after_user_code(self: &Arc<Self>) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
@@ -1115,7 +1109,7 @@ impl<A: Actor> ActorCell<A> {
         // Outside the unwind, so a turn that panics still counts the
         // messages it handled, the one that panicked included.
         let mut left = budget;
-        // SAFETY: callers hold the SCHEDULED bit.
+        // SAFETY: callers hold the consumer role.
         let turn = catch_unwind(AssertUnwindSafe(|| unsafe { self.turn_counted(&mut left) }));
         if let Some(stats) = self.stats() {
             self.observe_turn(stats, budget - left);
@@ -1169,20 +1163,22 @@ impl<A: Actor> ActorCell<A> {
             self.phase() != Phase::Running
                 || self.extras_opt().is_some_and(|e| e.suspended.is_some())
         };
-        self.run.release(|state| {
-            !self.signals.looks_empty()
-                || state & WOKEN != 0
-                || (!waiting && !self.mailbox.looks_empty())
-                || (state & CLOSED != 0 && !self.mailbox.looks_empty())
-        })
+        // A waiting actor gives the role up with messages queued (the next
+        // send takes it back), unless it has stopped: then they are drained.
+        let even_if_queued = waiting && self.run.load() & CLOSED == 0;
+        // SAFETY: we hold the role (contract); no mailbox run is open after
+        // a turn.
+        if !unsafe { self.mailbox.release(even_if_queued) } {
+            return true;
+        }
+        (!self.signals.looks_empty() || self.run.load() & WOKEN != 0) && self.mailbox.try_acquire()
     }
 }
 
 impl<A: Actor> Runnable for ActorCell<A> {
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {

@@ -94,7 +94,7 @@ pub(crate) trait Runnable: Send + Sync + 'static {
     /// holds the role and must run or queue the actor again).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role (`run_state.rs`).
+    /// The caller holds the actor's consumer role (`mailbox.rs`).
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
     fn is_finished(&self) -> bool;
     fn id(&self) -> ActorId;
@@ -465,7 +465,7 @@ impl Scheduler {
                 let _runtime = tokio.enter();
                 let _crash_reports = crash_report::actor_thread(crash_reports);
                 // Each unpark hands the consumer role to this thread (see
-                // `run_state.rs`); the thread was created owning it.
+                // `mailbox.rs`); the thread was created owning it.
                 loop {
                     // SAFETY: this thread holds the role: it was created
                     // holding it, `Again` keeps it, and each unpark hands it

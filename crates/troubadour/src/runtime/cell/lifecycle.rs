@@ -18,9 +18,8 @@ impl<A: Actor> ActorCell<A> {
     /// Applies every queued control signal, in the order sent.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn process_signals(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -54,9 +53,8 @@ impl<A: Actor> ActorCell<A> {
     /// Applies one control signal.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn handle_signal(self: &Arc<Self>, signal: Signal) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -131,9 +129,8 @@ impl<A: Actor> ActorCell<A> {
     /// the end, the failures reported meanwhile are decided.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn advance_plan(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -159,9 +156,8 @@ impl<A: Actor> ActorCell<A> {
     /// for a restart and tell the supervisor (`Signal::StopForRestart`).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn stop_for_restart(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -198,9 +194,8 @@ impl<A: Actor> ActorCell<A> {
     /// Terminated for a restart: no instance until `StartNow`.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn park(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -214,9 +209,8 @@ impl<A: Actor> ActorCell<A> {
     /// Signals that reach an actor that has already stopped.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn signal_after_stop(self: &Arc<Self>, signal: Signal) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -256,9 +250,8 @@ impl<A: Actor> ActorCell<A> {
     /// An exit signal from a linked actor: trapped as a message, or fails this one.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn on_exit_signal(self: &Arc<Self>, from: ActorId, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -293,9 +286,8 @@ impl<A: Actor> ActorCell<A> {
     /// and does not wait for children.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn abnormal(self: &Arc<Self>, reason: ExitReason, brutal: bool) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -372,9 +364,8 @@ impl<A: Actor> ActorCell<A> {
     /// The actor stopped itself: a stop, or a restart for a permanent one.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn self_stop(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -390,9 +381,8 @@ impl<A: Actor> ActorCell<A> {
     /// Whether a failure for `reason` waits for the supervisor's decision.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn restartable(&self, reason: &ExitReason) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -410,9 +400,8 @@ impl<A: Actor> ActorCell<A> {
     /// Drops a suspended handler's future (and the `&mut A` it holds).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn drop_suspended(&self) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -432,9 +421,8 @@ impl<A: Actor> ActorCell<A> {
     /// Stop: `stopping` hook, stop children and wait for them, then finish.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(crate) unsafe fn begin_stop(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -468,9 +456,8 @@ impl<A: Actor> ActorCell<A> {
     /// `then` runs when the last one has exited (`after_children`).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn stop_children_then(&self, then: AfterChildren) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -495,9 +482,8 @@ impl<A: Actor> ActorCell<A> {
     /// Kills every child, without waiting for them.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn kill_children(&self) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -513,9 +499,8 @@ impl<A: Actor> ActorCell<A> {
     /// waited for them.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn after_children(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -536,9 +521,8 @@ impl<A: Actor> ActorCell<A> {
     /// reason).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn finish_stop(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -610,9 +594,8 @@ impl<A: Actor> ActorCell<A> {
     /// Every queued message becomes a dead letter.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn drain_mailbox(&self, reason: DeadLetterReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -636,7 +619,7 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role.
     pub(super) unsafe fn drain_closed(self: &Arc<Self>) {
-        // SAFETY: the caller holds the SCHEDULED bit.
+        // SAFETY: the caller holds the consumer role.
         unsafe {
             self.process_signals();
             // Whatever is queued now came after the stop's own drain.
@@ -644,16 +627,11 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    pub(super) fn has_input_closed(&self) -> bool {
-        !self.signals.looks_empty() || !self.mailbox.looks_empty()
-    }
-
     /// Parent → child restart: hooks, stop children, rebuild from factory.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn restart(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -683,9 +661,8 @@ impl<A: Actor> ActorCell<A> {
     /// Builds a fresh actor from the factory and runs `after_restart`.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn rebuild(self: &Arc<Self>, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -751,9 +728,8 @@ impl<A: Actor> ActorCell<A> {
     /// The supervisor's side: restart (per strategy) or escalate.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn on_child_failed(self: &Arc<Self>, child: ActorId, reason: ExitReason) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
@@ -811,9 +787,8 @@ impl<A: Actor> ActorCell<A> {
     /// Signals the parent, or the guardian for a top-level actor.
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role: it won the `SCHEDULED` bit
-    /// (`run_state.rs`) and has not given it up, or owns the cell through a
-    /// `LocalActor`.
+    /// The caller holds the actor's consumer role (`mailbox.rs`): it took
+    /// it and has not given it up, or owns the cell through a `LocalActor`.
     pub(super) unsafe fn tell_parent(self: &Arc<Self>, signal: Signal) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
