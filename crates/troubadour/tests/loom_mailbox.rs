@@ -11,7 +11,7 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use troubadour::loom_support::{Idle, Link, NextSlot, Pop, Queue, SignalStack, SlabCount};
+use troubadour::loom_support::{Idle, Link, NextSlot, Pop, Queue, Release, SignalStack, SlabCount};
 
 #[repr(C)]
 struct Node {
@@ -31,11 +31,32 @@ fn node(producer: usize, seq: usize) -> *mut Link {
 /// Frees a node made by [`node`], returning what it carried.
 ///
 /// # Safety
-/// `p` came from `node` and is handed back by its queue, once.
+/// `p` came from `node` and is owned by the caller (a signal taken off the
+/// stack), once.
 unsafe fn open(p: *mut Link) -> (usize, usize) {
     // SAFETY: a boxed `Node` we own (contract).
     let n = unsafe { Box::from_raw(p as *mut Node) };
     (n.producer, n.seq)
+}
+
+/// What a node the queue handed out carries; the node stays the queue's.
+///
+/// # Safety
+/// `p` came from `node` and the queue handed it out (it is the dummy now).
+unsafe fn read(p: *mut Link) -> (usize, usize) {
+    // SAFETY: a live `Node` (contract).
+    unsafe { ((*(p as *mut Node)).producer, (*(p as *mut Node)).seq) }
+}
+
+/// Frees a node the queue retired (null: none).
+///
+/// # Safety
+/// `p` came from `node` and the queue gave it up, once.
+unsafe fn free(p: *mut Link) {
+    if !p.is_null() {
+        // SAFETY: a boxed `Node` nobody uses any more (contract).
+        drop(unsafe { Box::from_raw(p as *mut Node) });
+    }
 }
 
 struct Shared(Queue);
@@ -70,9 +91,10 @@ fn queue_mpsc_fifo_no_loss() {
         while got < 3 {
             // SAFETY: this thread is the only consumer.
             match unsafe { q.0.pop() } {
-                Pop::Data(p) => {
-                    // SAFETY: a node from `node`, handed back once.
-                    let (prod, seq) = unsafe { open(p) };
+                Pop::Data { node, retired } => {
+                    // SAFETY: nodes from `node`: one handed out, one retired.
+                    let (prod, seq) = unsafe { read(node) };
+                    unsafe { free(retired) };
                     assert_eq!(seq, next[prod]);
                     next[prod] += 1;
                     got += 1;
@@ -83,9 +105,12 @@ fn queue_mpsc_fifo_no_loss() {
         for p in producers {
             p.join().unwrap();
         }
-        // SAFETY: the only consumer.
-        assert_eq!(unsafe { q.0.pop() }, Pop::Empty);
-        assert!(q.0.looks_empty());
+        // SAFETY: the only consumer, and the producers are done.
+        unsafe {
+            assert_eq!(q.0.pop(), Pop::Empty);
+            assert!(q.0.looks_empty());
+            free(q.0.take_dummy());
+        }
     });
 }
 
@@ -164,9 +189,13 @@ fn consumer_role_never_loses_a_wakeup() {
             loop {
                 // SAFETY: `consuming` asserts we are the only consumer.
                 match unsafe { a.queue.pop() } {
-                    Pop::Data(p) => {
-                        // SAFETY: a node from `node`, handed back once.
-                        unsafe { open(p) };
+                    Pop::Data { node, retired } => {
+                        // SAFETY: nodes from `node`: one handed out, one
+                        // retired.
+                        unsafe {
+                            read(node);
+                            free(retired);
+                        }
                         a.handled.fetch_add(1, Ordering::SeqCst);
                     }
                     Pop::Empty => break,
@@ -179,8 +208,10 @@ fn consumer_role_never_loses_a_wakeup() {
             a.consuming.store(false, Ordering::SeqCst);
             // As `ActorCell::release` does.
             // SAFETY: we hold the role, and no `Consumer` is alive.
-            if !unsafe { a.queue.release(false) } {
-                continue;
+            match unsafe { a.queue.release(false) } {
+                Release::Kept => continue,
+                // SAFETY: handed over by the release.
+                Release::Released { retired } => unsafe { free(retired) },
             }
             if a.signal.load(Ordering::SeqCst) != 0 && a.queue.try_acquire() {
                 continue;
@@ -199,7 +230,12 @@ fn consumer_role_never_loses_a_wakeup() {
         });
         // The creator holds the role; an idle actor's is free.
         // SAFETY: we hold the role and the queue is empty.
-        assert!(unsafe { a.queue.release(false) });
+        assert_eq!(
+            unsafe { a.queue.release(false) },
+            Release::Released {
+                retired: std::ptr::null_mut()
+            }
+        );
         let mut threads: Vec<_> = (0..2)
             .map(|p| {
                 let a = a.clone();
@@ -233,9 +269,13 @@ fn consumer_role_never_loses_a_wakeup() {
             1,
             "the signal was stranded"
         );
-        // Leave no nodes behind for the next model run (none are queued).
+        // Leave no nodes behind for the next model run (none are queued,
+        // and the last release retired the last node taken).
         // SAFETY: quiescent; we are the only thread.
-        assert_eq!(unsafe { a.queue.pop() }, Pop::Empty);
+        unsafe {
+            assert_eq!(a.queue.pop(), Pop::Empty);
+            assert!(a.queue.take_dummy().is_null());
+        }
     });
 }
 

@@ -19,7 +19,7 @@ use crate::api::actor::Actor;
 use crate::api::context::Context;
 use crate::api::exit::{panic_message, ActorId, ExitReason, Exited};
 use crate::api::supervision::{Restart, RestartLog, RestartPlan};
-use crate::primitives::mailbox::{Pop, Queue, SignalStack};
+use crate::primitives::mailbox::{Link, Pop, Queue, Release, SignalStack};
 use crate::primitives::run_state::{
     RunState, CLOSED, DETACHED, HELD, NAMED, SEALED, TOP_LEVEL, WOKEN,
 };
@@ -423,8 +423,28 @@ impl<A: Actor> ActorCell<A> {
     /// The caller holds the consumer role, and no mailbox run is open.
     unsafe fn release_closed(&self) -> bool {
         // SAFETY: we hold the role (contract).
-        !unsafe { self.mailbox.release(false) }
-            || (!self.signals.looks_empty() && self.mailbox.try_acquire())
+        match unsafe { self.mailbox.release(false) } {
+            Release::Kept => true,
+            Release::Released { retired } => {
+                // SAFETY: the release handed it to us (`mailbox.rs`).
+                unsafe { Self::free_retired(retired) };
+                !self.signals.looks_empty() && self.mailbox.try_acquire()
+            }
+        }
+    }
+
+    /// Frees a node the mailbox retired (`mailbox.rs`, invariant 2): one
+    /// whose message was taken, null for none.
+    ///
+    /// # Safety
+    /// `retired` was just handed over by this cell's mailbox.
+    #[inline]
+    unsafe fn free_retired(retired: *mut Link) {
+        if !retired.is_null() {
+            // SAFETY: a node of this actor type whose message was taken
+            // with `handle_queued` or `discard_queued` (contract).
+            unsafe { Envelope::<A>::free_taken(Envelope::from_link(retired)) };
+        }
     }
 
     /// Hands the actor (whose consumer role the caller holds) to whoever
@@ -792,10 +812,13 @@ impl<A: Actor> ActorCell<A> {
                     .count_up_to(crate::runtime::observation::DEPTH_CAP)
             };
             stats.record_depth(depth, &live.epoch);
-        } else if stats.has_depth() && self.mailbox.looks_empty() {
-            // Drained since the sample: an idle actor must not show a
-            // backlog it no longer has.
-            stats.clear_depth();
+        } else if stats.has_depth() {
+            // SAFETY: as above.
+            if unsafe { self.mailbox.looks_empty() } {
+                // Drained since the sample: an idle actor must not show a
+                // backlog it no longer has.
+                stats.clear_depth();
+            }
         }
     }
 
@@ -855,7 +878,7 @@ impl<A: Actor> ActorCell<A> {
                     if self.config.as_ref().is_some_and(|c| c.deadline.is_some())
                         && self.past_deadline(&ctx)
                     {
-                        return self.stop_at_deadline(env);
+                        return self.stop_at_deadline(env, false);
                     }
                     *left -= 1;
                     if !self.dispatch(env, &mut ctx) {
@@ -873,8 +896,9 @@ impl<A: Actor> ActorCell<A> {
                 let mut spins = 0u32;
                 loop {
                     let env = match consumer.pop() {
-                        Pop::Data(link) => {
-                            let env = Envelope::from_link(link);
+                        Pop::Data { node, retired } => {
+                            Self::free_retired(retired);
+                            let env = Envelope::from_link(node);
                             if let Some(config) = config {
                                 if let Some(bound) = &config.bound {
                                     bound.free();
@@ -883,7 +907,7 @@ impl<A: Actor> ActorCell<A> {
                                 // more (`deadline.rs`).
                                 if config.deadline.is_some() && self.past_deadline(&ctx) {
                                     drop(consumer);
-                                    return self.stop_at_deadline(env);
+                                    return self.stop_at_deadline(env, true);
                                 }
                             }
                             env
@@ -900,7 +924,7 @@ impl<A: Actor> ActorCell<A> {
                         Pop::Inconsistent => return false,
                     };
                     *left -= 1;
-                    match Envelope::handle(env, self.actor_mut(), &mut ctx) {
+                    match Envelope::handle_queued(env, self.actor_mut(), &mut ctx) {
                         Handled::Done => {}
                         Handled::Suspended(fut) => {
                             drop(consumer);
@@ -947,13 +971,18 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the actor's consumer role, no mailbox run is open,
     /// the actor is running, and `env` is a live node built for this actor
-    /// type, owned by the caller.
+    /// type, owned by the caller, or, if `queued`, just handed out by the
+    /// mailbox (which keeps its memory).
     #[cold]
-    unsafe fn stop_at_deadline(self: &Arc<Self>, env: *mut Envelope<A>) -> bool {
-        // SAFETY: `env` is ours and live (this function's contract); the
-        // rest of the contract is `begin_stop`'s.
+    unsafe fn stop_at_deadline(self: &Arc<Self>, env: *mut Envelope<A>, queued: bool) -> bool {
+        // SAFETY: `env` is live and its message ours (this function's
+        // contract); the rest of the contract is `begin_stop`'s.
         unsafe {
-            let name = Envelope::<A>::discard(env);
+            let name = if queued {
+                Envelope::<A>::discard_queued(env)
+            } else {
+                Envelope::<A>::discard(env)
+            };
             self.system.dead_letters.record(
                 self.id,
                 name,
@@ -1168,10 +1197,15 @@ impl<A: Actor> ActorCell<A> {
         let even_if_queued = waiting && self.run.load() & CLOSED == 0;
         // SAFETY: we hold the role (contract); no mailbox run is open after
         // a turn.
-        if !unsafe { self.mailbox.release(even_if_queued) } {
-            return true;
+        match unsafe { self.mailbox.release(even_if_queued) } {
+            Release::Kept => true,
+            Release::Released { retired } => {
+                // SAFETY: the release handed it to us.
+                unsafe { Self::free_retired(retired) };
+                (!self.signals.looks_empty() || self.run.load() & WOKEN != 0)
+                    && self.mailbox.try_acquire()
+            }
         }
-        (!self.signals.looks_empty() || self.run.load() & WOKEN != 0) && self.mailbox.try_acquire()
     }
 }
 
@@ -1228,14 +1262,17 @@ impl<A: Actor> Drop for ActorCell<A> {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();
             }
-            while let Pop::Data(link) = self.mailbox.pop() {
-                let name = Envelope::<A>::discard(Envelope::from_link(link));
+            while let Pop::Data { node, retired } = self.mailbox.pop() {
+                Self::free_retired(retired);
+                let name = Envelope::<A>::discard_queued(Envelope::from_link(node));
                 self.system.dead_letters.record(
                     self.id,
                     name,
                     crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
                 );
             }
+            // The last node taken stays the queue's until now.
+            Self::free_retired(self.mailbox.take_dummy());
             // An actor that never finished a stop (a stuck system's
             // shutdown) leaves the table now.
             if let (Some(stats), Some(live)) = (self.stats(), self.system.live.as_ref()) {

@@ -35,10 +35,14 @@ pub(crate) enum Handled {
     Suspended(Suspended),
 }
 
-/// Functions of one `(actor, message)` pair.
+/// Functions of one `(actor, message)` pair. `handle` and `discard` take
+/// the message out of the node; with `keep` set they leave the node's
+/// memory to the mailbox, which still links it (`mailbox.rs`, invariant 2)
+/// and later gives it to `free`.
 pub struct EnvelopeVTable<A: crate::Actor> {
-    pub(crate) handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>) -> Handled,
-    pub(crate) discard: unsafe fn(*mut Envelope<A>) -> &'static str,
+    pub(crate) handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>, bool) -> Handled,
+    pub(crate) discard: unsafe fn(*mut Envelope<A>, bool) -> &'static str,
+    pub(crate) free: unsafe fn(*mut Envelope<A>),
 }
 
 /// The type-erased head of every message node.
@@ -198,18 +202,22 @@ impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
+        free: free::<A, M, NoReply, false>,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, NoReply, true>,
         discard: discard::<A, M, NoReply, true>,
+        free: free::<A, M, NoReply, true>,
     };
     const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, ReplyTo<M::Reply>, false>,
         discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+        free: free::<A, M, ReplyTo<M::Reply>, false>,
     };
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, ReplyTo<M::Reply>, true>,
         discard: discard::<A, M, ReplyTo<M::Reply>, true>,
+        free: free::<A, M, ReplyTo<M::Reply>, true>,
     };
 }
 
@@ -217,18 +225,22 @@ impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
+        free: free::<A, M, NoReply, false>,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, NoReply, true>,
         discard: discard::<A, M, NoReply, true>,
+        free: free::<A, M, NoReply, true>,
     };
     const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, ReplyTo<M::Reply>, false>,
         discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+        free: free::<A, M, ReplyTo<M::Reply>, false>,
     };
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, ReplyTo<M::Reply>, true>,
         discard: discard::<A, M, ReplyTo<M::Reply>, true>,
+        free: free::<A, M, ReplyTo<M::Reply>, true>,
     };
 }
 
@@ -294,7 +306,8 @@ fn build<A: crate::Actor, M: Message, R>(
     p as *mut Envelope<A>
 }
 
-/// Moves the message and the reply channel out of the node and frees it.
+/// Moves the message and the reply channel out of the node and frees it
+/// (unless `keep`: the mailbox still links it).
 /// Field by field, for the reason given in [`build`].
 ///
 /// # Safety
@@ -304,22 +317,38 @@ fn build<A: crate::Actor, M: Message, R>(
 #[inline]
 unsafe fn take<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
+    keep: bool,
 ) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
-    let p = p as *mut Typed<A, M, R>;
+    let typed = p as *mut Typed<A, M, R>;
     // SAFETY: a live `Typed<A, M>` (contract); each field is read once and
-    // the node is freed right after, so nothing is dropped twice. The head
-    // (a link and a vtable pointer) needs no drop. The node's placement is
-    // a function of its vtable, so `free` gets the one `alloc` got.
+    // the node is freed right after or, with `keep`, only ever passed to
+    // `free` (which reads nothing), so nothing is dropped twice. The head
+    // (a link and a vtable pointer) needs no drop and stays readable.
     unsafe {
-        let msg = std::ptr::addr_of!((*p).msg).read();
-        let reply = std::ptr::addr_of!((*p).reply).read();
-        let sender = std::ptr::addr_of!((*p).sender).read();
+        let msg = std::ptr::addr_of!((*typed).msg).read();
+        let reply = std::ptr::addr_of!((*typed).reply).read();
+        let sender = std::ptr::addr_of!((*typed).sender).read();
+        if !keep {
+            free::<A, M, R, ALONE>(p);
+        }
+        (msg, reply.into_reply(), sender)
+    }
+}
+
+/// The `free` of a vtable: gives back the memory of a node whose message
+/// was taken out.
+///
+/// # Safety
+/// As for [`take`], after a `take` with `keep`; not used again afterwards.
+unsafe fn free<A: crate::Actor, M: Message, R, const ALONE: bool>(p: *mut Envelope<A>) {
+    // SAFETY: the node's placement is a function of its vtable, so `free`
+    // gets the one `alloc` got (contract).
+    unsafe {
         nodes::free(
             p as *mut u8,
             Layout::new::<Typed<A, M, R>>(),
             placement::<A, M, R>(ALONE),
         );
-        (msg, reply.into_reply(), sender)
     }
 }
 
@@ -350,7 +379,44 @@ impl<A: crate::Actor> Envelope<A> {
     ) -> Handled {
         // SAFETY: a live node (contract), whose vtable was chosen for its
         // message type when it was built; the rest is passed on.
-        unsafe { ((*p).vtable.handle)(p, actor, ctx) }
+        unsafe { ((*p).vtable.handle)(p, actor, ctx, false) }
+    }
+
+    /// Runs the handler of a node the mailbox handed out, leaving the node
+    /// to the mailbox (its dummy; `mailbox.rs`, invariant 2).
+    ///
+    /// # Safety
+    /// As for [`handle`](Self::handle); afterwards the node is only passed
+    /// to [`free_taken`](Self::free_taken), once.
+    #[inline]
+    pub(crate) unsafe fn handle_queued(
+        p: *mut Envelope<A>,
+        actor: &mut A,
+        ctx: &mut Context<A>,
+    ) -> Handled {
+        // SAFETY: as for `handle`.
+        unsafe { ((*p).vtable.handle)(p, actor, ctx, true) }
+    }
+
+    /// As [`discard`](Self::discard), leaving the node to the mailbox.
+    ///
+    /// # Safety
+    /// As for [`handle_queued`](Self::handle_queued).
+    pub(crate) unsafe fn discard_queued(p: *mut Envelope<A>) -> &'static str {
+        // SAFETY: as for `handle`.
+        unsafe { ((*p).vtable.discard)(p, true) }
+    }
+
+    /// Frees a node whose message was taken by
+    /// [`handle_queued`](Self::handle_queued) or
+    /// [`discard_queued`](Self::discard_queued), once the mailbox retired it.
+    ///
+    /// # Safety
+    /// `p` is such a node, freed only here, once.
+    #[inline]
+    pub(crate) unsafe fn free_taken(p: *mut Envelope<A>) {
+        // SAFETY: the head is intact after the take (contract).
+        unsafe { ((*p).vtable.free)(p) }
     }
 
     /// Drops the node (its `ask` fails with `NoReply`); returns the message
@@ -361,7 +427,7 @@ impl<A: crate::Actor> Envelope<A> {
     /// caller.
     pub(crate) unsafe fn discard(p: *mut Envelope<A>) -> &'static str {
         // SAFETY: as for `handle`.
-        unsafe { ((*p).vtable.discard)(p) }
+        unsafe { ((*p).vtable.discard)(p, false) }
     }
 }
 
@@ -371,9 +437,10 @@ impl<A: crate::Actor> Envelope<A> {
 /// As for [`take`].
 unsafe fn discard<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
+    keep: bool,
 ) -> &'static str {
     // SAFETY: as for `take` (contract).
-    drop(unsafe { take::<A, M, R, ALONE>(p) });
+    drop(unsafe { take::<A, M, R, ALONE>(p, keep) });
     std::any::type_name::<M>()
 }
 
@@ -463,9 +530,10 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, R: ReplySlotOf<M::Reply>, const
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
+    keep: bool,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p, keep) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
     match reply {
@@ -502,9 +570,10 @@ unsafe fn handle_async<
     p: *mut Envelope<A>,
     actor: &mut A,
     ctx: &mut Context<A>,
+    keep: bool,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p, keep) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle_async", ctx, M), _sender);
     let waker = ctx.waker();

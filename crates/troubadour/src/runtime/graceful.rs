@@ -40,6 +40,7 @@ impl<A: Actor> MarkerVTable for A {
     const MARKER: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_marker::<A>,
         discard: discard_marker::<A>,
+        free: free_marker::<A>,
     };
 }
 
@@ -56,14 +57,18 @@ pub(crate) fn marker<A: Actor>() -> *mut Envelope<A> {
 
 /// # Safety
 /// `p` must come from [`marker`] for the same `A`, and be owned by the
-/// caller (it is freed here).
+/// caller (it is freed here unless `keep`: then the mailbox still links it
+/// and frees it later with [`free_marker`]).
 unsafe fn handle_marker<A: Actor>(
     p: *mut Envelope<A>,
     _actor: &mut A,
     ctx: &mut Context<A>,
+    keep: bool,
 ) -> Handled {
-    // SAFETY: by this function's contract `p` is a boxed `Marker<A>` we own.
-    drop(unsafe { Box::from_raw(p as *mut Marker<A>) });
+    if !keep {
+        // SAFETY: as in `free_marker`.
+        unsafe { free_marker(p) };
+    }
     // Everything queued before the marker has been handled. The signal is
     // processed before the next message (which, if any, was sent after the
     // graceful stop and goes to dead letters with the rest of the mailbox).
@@ -73,8 +78,18 @@ unsafe fn handle_marker<A: Actor>(
 
 /// # Safety
 /// As for [`handle_marker`].
-unsafe fn discard_marker<A: Actor>(p: *mut Envelope<A>) -> &'static str {
-    // SAFETY: as in `handle_marker`.
-    drop(unsafe { Box::from_raw(p as *mut Marker<A>) });
+unsafe fn discard_marker<A: Actor>(p: *mut Envelope<A>, keep: bool) -> &'static str {
+    if !keep {
+        // SAFETY: as in `free_marker`.
+        unsafe { free_marker(p) };
+    }
     MARKER_NAME
+}
+
+/// # Safety
+/// `p` must come from [`marker`] for the same `A`, be owned by the caller
+/// and not be used afterwards.
+unsafe fn free_marker<A: Actor>(p: *mut Envelope<A>) {
+    // SAFETY: by this function's contract `p` is a boxed `Marker<A>` we own.
+    drop(unsafe { Box::from_raw(p as *mut Marker<A>) });
 }

@@ -40,6 +40,7 @@ impl<A: crate::Actor> InjectedVTable for A {
     const INJECTED: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_injected::<A>,
         discard: discard_injected::<A>,
+        free: free_injected::<A>,
     };
 }
 
@@ -63,16 +64,43 @@ pub(crate) unsafe fn injected<A: crate::Actor>(
     Box::into_raw(node) as *mut Envelope<A>
 }
 
-/// Frees a fault node and its victim; returns the victim's type name.
+/// Takes the fault out of a fault node and frees its victim, and the node
+/// itself unless `keep` (the mailbox still links it and frees it later with
+/// [`free_injected`]); returns the victim's type name.
 ///
 /// # Safety
-/// `p` must come from [`injected`] and be owned by the caller.
-unsafe fn take_injected<A: crate::Actor>(p: *mut Envelope<A>) -> (InjectedFault, &'static str) {
-    // SAFETY: an `Injected<A>` from `Box::into_raw` (contract).
-    let node = unsafe { Box::from_raw(p as *mut Injected<A>) };
-    let Injected { fault, victim, .. } = *node;
+/// `p` must come from [`injected`] and be owned by the caller; after a
+/// `keep` it is only passed to `free_injected`, once.
+unsafe fn take_injected<A: crate::Actor>(
+    p: *mut Envelope<A>,
+    keep: bool,
+) -> (InjectedFault, &'static str) {
+    let node = p as *mut Injected<A>;
+    // SAFETY: a live `Injected<A>` (contract); each field is read once, and
+    // the node's memory is freed without dropping them again.
+    let (fault, victim) = unsafe {
+        (
+            std::ptr::addr_of!((*node).fault).read(),
+            std::ptr::addr_of!((*node).victim).read(),
+        )
+    };
+    if !keep {
+        // SAFETY: as above.
+        unsafe { free_injected(p) };
+    }
     // SAFETY: the fault node owned its victim, a live node for `A`.
     (fault, unsafe { Envelope::discard(victim) })
+}
+
+/// Frees a fault node's memory, its fields already taken out.
+///
+/// # Safety
+/// `p` must come from [`injected`], be owned by the caller, have had its
+/// fields taken by [`take_injected`], and not be used afterwards.
+unsafe fn free_injected<A: crate::Actor>(p: *mut Envelope<A>) {
+    // SAFETY: a box from `injected` (contract); `ManuallyDrop` has the same
+    // layout and drops nothing, so only the memory is given back.
+    drop(unsafe { Box::from_raw(p as *mut std::mem::ManuallyDrop<Injected<A>>) });
 }
 
 /// The `handle` of a fault node's vtable.
@@ -83,9 +111,10 @@ unsafe fn handle_injected<A: crate::Actor>(
     p: *mut Envelope<A>,
     _actor: &mut A,
     ctx: &mut Context<A>,
+    keep: bool,
 ) -> Handled {
     // SAFETY: contract.
-    match unsafe { take_injected(p) } {
+    match unsafe { take_injected(p, keep) } {
         // Unwinds to the turn's `catch_unwind`, the path of a real panic;
         // the message went down with it, as a real panic's would.
         (InjectedFault::Panic(message), _) => panic!("{message}"),
@@ -102,7 +131,7 @@ unsafe fn handle_injected<A: crate::Actor>(
 ///
 /// # Safety
 /// As for [`take_injected`].
-unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>) -> &'static str {
+unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>, keep: bool) -> &'static str {
     // SAFETY: contract.
-    unsafe { take_injected(p).1 }
+    unsafe { take_injected(p, keep).1 }
 }

@@ -601,11 +601,14 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             loop {
                 match self.mailbox.pop() {
-                    Pop::Data(link) => {
-                        let env = self.popped(link);
-                        self.system
-                            .dead_letters
-                            .record(self.id, Envelope::discard(env), reason);
+                    Pop::Data { node, retired } => {
+                        Self::free_retired(retired);
+                        let env = self.popped(node);
+                        self.system.dead_letters.record(
+                            self.id,
+                            Envelope::discard_queued(env),
+                            reason,
+                        );
                     }
                     Pop::Empty => return,
                     Pop::Inconsistent => std::thread::yield_now(),
