@@ -206,15 +206,14 @@ fn consumer_role_never_loses_a_wakeup() {
                 }
             }
             a.consuming.store(false, Ordering::SeqCst);
-            // As `ActorCell::release` does.
+            // As `ActorCell::release_from` does: nothing is looked at after
+            // the release, which may hand the role (and the actor) on.
+            let input = || a.signal.load(Ordering::SeqCst) != 0;
             // SAFETY: we hold the role, and no `Consumer` is alive.
-            match unsafe { a.queue.release(false) } {
+            match unsafe { a.queue.release(false, input) } {
                 Release::Kept => continue,
                 // SAFETY: handed over by the release.
                 Release::Released { retired } => unsafe { free(retired) },
-            }
-            if a.signal.load(Ordering::SeqCst) != 0 && a.queue.try_acquire() {
-                continue;
             }
             return;
         }
@@ -231,7 +230,7 @@ fn consumer_role_never_loses_a_wakeup() {
         // The creator holds the role; an idle actor's is free.
         // SAFETY: we hold the role and the queue is empty.
         assert_eq!(
-            unsafe { a.queue.release(false) },
+            unsafe { a.queue.release(false, || false) },
             Release::Released {
                 retired: std::ptr::null_mut()
             }
@@ -275,6 +274,96 @@ fn consumer_role_never_loses_a_wakeup() {
         unsafe {
             assert_eq!(a.queue.pop(), Pop::Empty);
             assert!(a.queue.take_dummy().is_null());
+        }
+    });
+}
+
+/// The consumer role of an actor that waits (a suspended async handler):
+/// it lets go with messages queued, so a push that replaces the mark an
+/// offer left in `tail` does not keep it, and only the release's question
+/// for recorded input, between its read and its exchange, finds the
+/// offered input (invariant 6). The
+/// holder (this thread) releases while a sender pushes and another records
+/// a signal and offers the role. The signal is always taken, by the holder
+/// or by a thread that took the role after it, and the role ends free.
+#[test]
+fn waiting_actor_never_loses_a_signal() {
+    struct Actor {
+        queue: Queue,
+        signal: AtomicUsize,
+        consuming: AtomicBool,
+        signals: AtomicUsize,
+    }
+    // SAFETY: (test) the queue is only released by the holder of the role.
+    unsafe impl Send for Actor {}
+    // SAFETY: (test) as for `Send`.
+    unsafe impl Sync for Actor {}
+
+    /// A turn of a waiting actor: it takes its signals, not its messages.
+    fn turn(a: &Actor) {
+        loop {
+            assert!(!a.consuming.swap(true, Ordering::SeqCst), "two holders");
+            let taken = a.signal.swap(0, Ordering::SeqCst);
+            a.signals.fetch_add(taken, Ordering::SeqCst);
+            a.consuming.store(false, Ordering::SeqCst);
+            let input = || a.signal.load(Ordering::SeqCst) != 0;
+            // SAFETY: we hold the role, and no `Consumer` is alive.
+            match unsafe { a.queue.release(true, input) } {
+                Release::Kept => continue,
+                // Nothing was taken since the queue was made, so nothing
+                // is retired.
+                Release::Released { retired } => assert!(retired.is_null()),
+            }
+            return;
+        }
+    }
+
+    loom::model(|| {
+        // Created holding the role, as an actor cell is.
+        let a = Arc::new(Actor {
+            queue: Queue::new(),
+            signal: AtomicUsize::new(0),
+            consuming: AtomicBool::new(false),
+            signals: AtomicUsize::new(0),
+        });
+        let pusher = a.clone();
+        let pushing = thread::spawn(move || {
+            // SAFETY: a fresh node; the queue outlives it.
+            if unsafe { pusher.queue.push(node(0, 0)) } {
+                turn(&pusher);
+            }
+        });
+        let signaller = a.clone();
+        let signalling = thread::spawn(move || {
+            signaller.signal.fetch_add(1, Ordering::SeqCst);
+            if signaller.queue.try_acquire() {
+                turn(&signaller);
+            }
+        });
+        turn(&a);
+        pushing.join().unwrap();
+        signalling.join().unwrap();
+        assert!(a.queue.is_idle(), "the role was left taken");
+        assert_eq!(
+            a.signals.load(Ordering::SeqCst),
+            1,
+            "the signal was stranded"
+        );
+        // The message waits for the actor to resume; free it.
+        // SAFETY: quiescent; we are the only thread, and the node came
+        // from `node`.
+        unsafe {
+            assert!(a.queue.try_acquire());
+            match a.queue.pop() {
+                Pop::Data { node, retired } => {
+                    assert!(retired.is_null());
+                    assert_eq!(a.queue.pop(), Pop::Empty);
+                    // The node taken is the dummy until now.
+                    assert_eq!(a.queue.take_dummy(), node);
+                    assert_eq!(open(node), (0, 0));
+                }
+                other => panic!("the message is gone: {other:?}"),
+            }
         }
     });
 }

@@ -71,14 +71,24 @@
 //!    stopping and restarting) may give it up with messages queued; the next
 //!    push takes the role and its turn finds it still waiting.
 //! 6. Input that is not a message (a control signal, a woken future) is
-//!    recorded first and then offered with `try_acquire`; the releasing
-//!    holder looks for it after its release. Both the offer and the release
-//!    are read-modify-writes of `tail`, so one comes after the other in its
-//!    history: either the offer finds the mark and takes the role, or the
-//!    release reads what the offer wrote (or a later push) and so sees the
-//!    recorded input, and the holder takes the role back. A push is the
-//!    same: its `swap` either finds the mark or precedes the release, whose
-//!    exchange then fails because `tail` moved.
+//!    recorded first and then offered with `try_acquire`, a
+//!    read-modify-write of `tail` that either takes a free role or, while
+//!    the role is held, sets `PENDING` in `tail` (bit 1). The holder's
+//!    release reads `tail` with `Acquire` (clearing `PENDING` with a
+//!    read-modify-write if set), asks the caller whether recorded input
+//!    waits, and only then exchanges exactly the value it read. The offer
+//!    and the release are both read-modify-writes of `tail`, so one comes
+//!    after the other in its history. An offer after the release finds the
+//!    mark and takes the role. An offer between the release's read and its
+//!    exchange changed the value (the mark, or a push's node), so the
+//!    exchange fails and the holder looks again. An offer before the read
+//!    left `PENDING` there, or a push replaced its mark since (and the
+//!    holder may have taken that push's message already); either way the
+//!    holder's read synchronized with the offer (a push's `swap` continues
+//!    the offer's release sequence), so the question sees its input.
+//!    So the release decides everything before its exchange, and the
+//!    releasing thread never touches the queue (or the actor around it)
+//!    after the exchange that may hand the role on (decision 0050).
 //!
 //! The single-consumer rule is enforced outside this module: only the thread
 //! holding the role calls `pop` (see `cell.rs`).
@@ -118,8 +128,12 @@ pub enum Pop {
 }
 
 /// The low bit of `tail`: nobody holds the consumer role (invariant 4).
-/// Nodes and the stub hold an `AtomicPtr`, so their addresses are even.
+/// Nodes and the stub hold an `AtomicPtr`, so their addresses are
+/// multiples of four at least, leaving two bits for marks.
 const IDLE: usize = 1;
+/// Bit 1 of `tail`: input was offered while the role was held
+/// (invariant 6). Never set together with `IDLE`.
+const PENDING: usize = 2;
 
 #[inline]
 fn is_idle(tail: *mut Link) -> bool {
@@ -128,7 +142,7 @@ fn is_idle(tail: *mut Link) -> bool {
 
 #[inline]
 fn unmarked(tail: *mut Link) -> *mut Link {
-    tail.map_addr(|a| a & !IDLE)
+    tail.map_addr(|a| a & !(IDLE | PENDING))
 }
 
 /// `tail` last: see the layout note on the actor cell.
@@ -199,22 +213,21 @@ impl Queue {
 
     /// Takes the consumer role if nobody holds it; `true` if the caller
     /// now does. For input that is not a message (invariant 6): record it
-    /// first, then offer it with this.
-    ///
-    /// Always a read-modify-write, even when the role is held (it then
-    /// writes back the value it read): the holder's release is one too, so
-    /// the two are ordered in `tail`'s history, and whichever comes second
-    /// sees the other's side: the offer finds the mark, or the release
-    /// synchronizes with the offer and the holder's next look finds the
-    /// input. A plain load would need `SeqCst`'s single order to close the
-    /// same race, which loom does not model.
+    /// first, then offer it with this. While the role is held it marks
+    /// `tail` `PENDING` instead, so the holder's release fails if it was
+    /// under way, and asks for the input before it lets go.
     #[inline]
     pub fn try_acquire(&self) -> bool {
         let mut tail = self.tail.load(Ordering::Relaxed);
         loop {
+            let offered = if is_idle(tail) {
+                unmarked(tail)
+            } else {
+                tail.map_addr(|a| a | PENDING)
+            };
             match self.tail.compare_exchange_weak(
                 tail,
-                unmarked(tail),
+                offered,
                 Ordering::SeqCst,
                 Ordering::Relaxed,
             ) {
@@ -225,25 +238,58 @@ impl Queue {
     }
 
     /// Gives up the consumer role, if the queue is empty or `even_if_queued`
-    /// (an actor that waits; invariant 5). [`Release::Kept`]: a message is
-    /// queued and the caller still holds the role. After
+    /// (an actor that waits; invariant 5), and no input was offered
+    /// meanwhile (invariant 6). [`Release::Kept`]: a message is queued or
+    /// input was offered, and the caller still holds the role and must
+    /// look for both. `input_waiting` says whether recorded input (a
+    /// signal, a wake-up) waits; it is asked between the release's read of
+    /// `tail` and its exchange. After
     /// [`Release::Released`] the caller must free the retired node it
-    /// carries (if any) and look for the input offered with
-    /// [`try_acquire`](Self::try_acquire) (invariant 6).
+    /// carries (if any) and not touch the queue again: the role, and with
+    /// it the queue, may already belong to another thread.
     ///
     /// # Safety
     /// The caller holds the consumer role, and no [`Consumer`] of this
     /// queue is alive.
     #[inline]
     #[must_use = "a released queue may hand back a node to free"]
-    pub unsafe fn release(&self, even_if_queued: bool) -> Release {
+    pub unsafe fn release(
+        &self,
+        even_if_queued: bool,
+        mut input_waiting: impl FnMut() -> bool,
+    ) -> Release {
         let stub = self.stub();
         let head = self.dummy();
-        // The holder's view: unmarked (invariant 4).
-        let mut tail = self.tail.load(Ordering::Relaxed);
+        // The holder's view: not `IDLE` (invariant 4). `Acquire`: see the
+        // input of an offer whose mark a push replaced (invariant 6).
+        let mut tail = self.tail.load(Ordering::Acquire);
         loop {
+            if tail.addr() & PENDING != 0 {
+                // Input was offered while the role was held. Clear the
+                // mark; the exchange reads the offer's value, so its input
+                // is visible to the question below, which keeps the role
+                // unless the turn has taken that input already (a signal
+                // arriving mid-turn usually is: the turn looks for signals
+                // before every message). Asking instead of keeping the role
+                // at once spares such an actor a turn with nothing to do.
+                match self.tail.compare_exchange(
+                    tail,
+                    unmarked(tail),
+                    Ordering::AcqRel,
+                    Ordering::Acquire,
+                ) {
+                    Ok(_) => tail = unmarked(tail),
+                    Err(now) => {
+                        tail = now;
+                        continue;
+                    }
+                }
+            }
             let empty = self.resolve(tail) == head;
             if !empty && !even_if_queued {
+                return Release::Kept;
+            }
+            if input_waiting() {
                 return Release::Kept;
             }
             // Empty behind a taken node: swing `tail` back to the stub and
@@ -263,14 +309,14 @@ impl Queue {
             };
             match self
                 .tail
-                .compare_exchange(tail, marked, Ordering::SeqCst, Ordering::Relaxed)
+                .compare_exchange(tail, marked, Ordering::SeqCst, Ordering::Acquire)
             {
                 Ok(_) => {
                     return Release::Released {
                         retired: if retire { head } else { ptr::null_mut() },
                     }
                 }
-                // Only a push can have moved it: look again, with the dummy
+                // A push or an offer moved it: look again, with the dummy
                 // back in place.
                 Err(now) => {
                     if retire {
@@ -580,7 +626,7 @@ mod tests {
     /// As for `Queue::release`; every node came from [`node`].
     unsafe fn release(q: &Queue, even_if_queued: bool) -> bool {
         // SAFETY: contract.
-        match unsafe { q.release(even_if_queued) } {
+        match unsafe { q.release(even_if_queued, || false) } {
             Release::Kept => false,
             Release::Released { retired } => {
                 // SAFETY: handed over by the release.
@@ -693,6 +739,57 @@ mod tests {
                 "a push after the last pop takes the role again"
             );
             assert_eq!(pop_value(&q), Ok(3));
+            empty(&q);
+        }
+    }
+
+    #[test]
+    fn input_offered_while_the_role_is_held_is_never_lost() {
+        let q = Queue::new();
+        // SAFETY: one thread, which holds the role whenever it pops or
+        // releases; nodes come from `node` and are freed once each.
+        unsafe {
+            // A running actor: an offer marks `tail`, and the next release
+            // asks whether input waits before letting go.
+            assert!(!q.try_acquire());
+            assert!(!q.try_acquire(), "two offers leave one mark");
+            let kept = q.release(false, || true);
+            assert_eq!(kept, Release::Kept, "the offered input keeps the role");
+            assert!(!q.try_acquire());
+            let mut asked = 0;
+            let released = q.release(false, || {
+                asked += 1;
+                false
+            });
+            assert_eq!(
+                released,
+                Release::Released {
+                    retired: ptr::null_mut()
+                },
+                "input the turn already took does not keep it"
+            );
+            assert_eq!(asked, 1);
+            assert!(q.try_acquire());
+            // A waiting actor, whose offer's mark a push replaced: the
+            // release asks whether input waits, and keeps the role if so.
+            assert!(!q.try_acquire());
+            assert!(!q.push(node(1)));
+            let mut asked = 0;
+            let kept = q.release(true, || {
+                asked += 1;
+                true
+            });
+            assert_eq!(kept, Release::Kept);
+            assert_eq!(asked, 1, "asked once, before the exchange");
+            assert_eq!(
+                q.release(true, || false),
+                Release::Released {
+                    retired: ptr::null_mut()
+                },
+                "no input: a waiting actor lets go with a message queued"
+            );
+            assert!(q.try_acquire());
+            assert_eq!(pop_value(&q), Ok(1));
             empty(&q);
         }
     }

@@ -8,7 +8,8 @@
 //! drains what was sent to dead letters itself; a message raced against a
 //! stop is reported, never stranded. `WOKEN` records that the future of a
 //! suspended async handler was woken; the waker sets it and then offers the
-//! role (`Queue::try_acquire`), and the holder looks for it after releasing.
+//! role (`Queue::try_acquire`), and the holder's release, which looks for
+//! it before its exchange, keeps the role to resume the handler.
 
 use crate::primitives::sync::{AtomicU32, Ordering};
 

@@ -171,6 +171,12 @@ pub(crate) struct ActorCell<A: Actor> {
     phase: UnsafeCell<Phase>,
     request: UnsafeCell<Request>,
     has_actor: UnsafeCell<bool>,
+    /// Whether the run queues' reference to the cell exists (decision
+    /// 0050): one strong count, taken at the actor's first schedule, that
+    /// a task carries with the consumer role and an idle actor keeps, so a
+    /// send that wakes the actor queues it without touching the count. The
+    /// holder that lets a stopped actor go drops it.
+    role_ref: UnsafeCell<bool>,
     pub(crate) id: ActorId,
     pub(crate) system: Arc<SystemCore>,
     pub(crate) config: Option<Box<CellConfig>>,
@@ -206,6 +212,7 @@ impl<A: Actor> ActorCell<A> {
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(true),
+            role_ref: UnsafeCell::new(false),
             id,
             system,
             mailbox: Queue::new(),
@@ -231,6 +238,7 @@ impl<A: Actor> ActorCell<A> {
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
             has_actor: UnsafeCell::new(false),
+            role_ref: UnsafeCell::new(false),
             id,
             system,
             mailbox: Queue::new(),
@@ -408,27 +416,9 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             loop {
                 self.drain_closed();
-                if !self.release_closed() {
+                if !self.release() {
                     return;
                 }
-            }
-        }
-    }
-
-    /// Gives up the role of a stopped actor unless input came meanwhile
-    /// (then the caller holds it again: `true`). No wake-ups: a stopped
-    /// actor has no suspended handler to resume.
-    ///
-    /// # Safety
-    /// The caller holds the consumer role, and no mailbox run is open.
-    unsafe fn release_closed(&self) -> bool {
-        // SAFETY: we hold the role (contract).
-        match unsafe { self.mailbox.release(false) } {
-            Release::Kept => true,
-            Release::Released { retired } => {
-                // SAFETY: the release handed it to us (`mailbox.rs`).
-                unsafe { Self::free_retired(retired) };
-                !self.signals.looks_empty() && self.mailbox.try_acquire()
             }
         }
     }
@@ -458,7 +448,18 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             match self.config.as_ref().and_then(|c| c.dedicated.as_ref()) {
                 Some(unparker) => unparker.unpark(),
-                None => self.system.scheduler.schedule(self.clone()),
+                None => {
+                    let cell = Arc::as_ptr(self);
+                    // The run queues' reference (`role_ref`): taken once,
+                    // then carried with the role, so the task costs no
+                    // count here and none when its turn ends idle.
+                    if !*self.role_ref.get() {
+                        *self.role_ref.get() = true;
+                        Arc::increment_strong_count(cell);
+                    }
+                    let task: Arc<Self> = Arc::from_raw(cell);
+                    self.system.scheduler.schedule(task)
+                }
             }
         }
     }
@@ -1181,32 +1182,98 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// Gives up the consumer role unless there is more to do.
+    /// Gives up the consumer role unless there is more to do, for a holder
+    /// with a reference of its own (not a run queue's task): a dedicated
+    /// thread, a `LocalActor`, a sender draining a stopped actor.
     ///
     /// # Safety
-    /// The caller holds the consumer role. When this returns `false` it
-    /// no longer does and must not touch the actor's consumer state.
-    pub(crate) unsafe fn release(&self) -> bool {
-        // SAFETY: we still hold the role while reading consumer state here.
-        let waiting = unsafe {
-            self.phase() != Phase::Running
-                || self.extras_opt().is_some_and(|e| e.suspended.is_some())
-        };
-        // A waiting actor gives the role up with messages queued (the next
-        // send takes it back), unless it has stopped: then they are drained.
-        let even_if_queued = waiting && self.run.load() & CLOSED == 0;
-        // SAFETY: we hold the role (contract); no mailbox run is open after
-        // a turn.
-        match unsafe { self.mailbox.release(even_if_queued) } {
-            Release::Kept => true,
-            Release::Released { retired } => {
-                // SAFETY: the release handed it to us.
-                unsafe { Self::free_retired(retired) };
-                (!self.signals.looks_empty() || self.run.load() & WOKEN != 0)
-                    && self.mailbox.try_acquire()
+    /// The caller holds the consumer role and a strong reference to the
+    /// cell besides `role_ref`. When this returns `false` it no longer
+    /// holds the role and must not touch the actor's consumer state.
+    pub(crate) unsafe fn release(self: &Arc<Self>) -> bool {
+        let cell = Arc::as_ptr(self);
+        // SAFETY: we hold the role (contract).
+        match unsafe { Self::release_from(cell) } {
+            Released::Kept => true,
+            Released::Idle => false,
+            Released::Finished => {
+                // SAFETY: the run queues' count, given up by the release;
+                // not the last, as the caller holds another (contract).
+                unsafe { Arc::decrement_strong_count(cell) };
+                false
             }
         }
     }
+
+    /// Gives up the consumer role unless there is more to do (a message, or
+    /// input offered meanwhile: `mailbox.rs`, invariant 6).
+    ///
+    /// A raw pointer, not `&self`: once the role is handed on, the actor
+    /// may be stopped and freed by its next holder while this thread is
+    /// still returning, and a reference argument would have to stay valid
+    /// until then. After the exchange only the mailbox, which is atomics
+    /// alone, is borrowed.
+    ///
+    /// # Safety
+    /// `this` is a live cell whose consumer role the caller holds, with no
+    /// mailbox run open. After [`Released::Idle`] or [`Released::Finished`]
+    /// the caller holds neither the role nor, through it, the cell.
+    unsafe fn release_from(this: *const Self) -> Released {
+        // SAFETY: live, and we hold the role (contract), so the consumer
+        // fields are ours until the exchange below.
+        let cell = unsafe { &*this };
+        // SAFETY: we hold the role (contract): the consumer fields are ours.
+        let (waiting, finishing) = unsafe {
+            let waiting = cell.phase() != Phase::Running
+                || cell.extras_opt().is_some_and(|e| e.suspended.is_some());
+            let closed = cell.run.load() & CLOSED != 0;
+            // A stopped actor lets the run queues' reference go with its
+            // role: no task will be made for it again (`acquired`).
+            let finishing = closed && std::mem::replace(&mut *cell.role_ref.get(), false);
+            // A waiting actor gives the role up with messages queued (the
+            // next send takes it back), unless it has stopped: then they
+            // are drained.
+            (waiting && !closed, finishing)
+        };
+        let (mailbox, signals, run) = (&cell.mailbox, &cell.signals, &cell.run);
+        // SAFETY: we hold the role (contract); no mailbox run is open.
+        let released = unsafe {
+            mailbox.release(waiting, || {
+                !signals.looks_empty() || run.load() & WOKEN != 0
+            })
+        };
+        match released {
+            Release::Kept => {
+                if finishing {
+                    // Still ours: the task goes on carrying the reference.
+                    // SAFETY: we hold the role again (kept).
+                    unsafe { *cell.role_ref.get() = true };
+                }
+                Released::Kept
+            }
+            Release::Released { retired } => {
+                // SAFETY: the release handed it to us; it is a sender's
+                // node, not part of the cell.
+                unsafe { Self::free_retired(retired) };
+                if finishing {
+                    Released::Finished
+                } else {
+                    Released::Idle
+                }
+            }
+        }
+    }
+}
+
+/// Outcome of [`ActorCell::release_from`].
+enum Released {
+    /// The caller still holds the role.
+    Kept,
+    /// Let go; the run queues' reference stays with the idle actor.
+    Idle,
+    /// Let go for the last time as a task: the actor has stopped, and the
+    /// caller must drop the run queues' reference.
+    Finished,
 }
 
 impl<A: Actor> Runnable for ActorCell<A> {
@@ -1215,13 +1282,28 @@ impl<A: Actor> Runnable for ActorCell<A> {
     /// it and has not given it up, or owns the cell through a `LocalActor`.
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn {
         // SAFETY: we hold the consumer role (this function's contract).
-        unsafe {
-            if self.run_guarded(budget) || self.release() {
-                Turn::Again(self)
-            } else {
+        if unsafe { self.run_guarded(budget) } {
+            return Turn::Again(self);
+        }
+        // The task is the run queues' reference (`role_ref`): it goes back
+        // to the idle actor, or is dropped with a stopped one.
+        let cell = Arc::into_raw(self);
+        // SAFETY: live (the task's count) and we hold the role.
+        match unsafe { Self::release_from(cell) } {
+            // SAFETY: the count `into_raw` took out of the task.
+            Released::Kept => Turn::Again(unsafe { Arc::from_raw(cell) }),
+            Released::Idle => Turn::Idle,
+            Released::Finished => {
+                // SAFETY: as for `Kept`; the release gave it up to us.
+                drop(unsafe { Arc::from_raw(cell) });
                 Turn::Idle
             }
         }
+    }
+
+    unsafe fn run_turn_owned(self: Arc<Self>, budget: u32) -> bool {
+        // SAFETY: we hold the role and a reference of our own (contract).
+        unsafe { self.run_guarded(budget) || self.release() }
     }
 
     fn is_finished(&self) -> bool {

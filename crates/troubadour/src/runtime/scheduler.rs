@@ -86,16 +86,29 @@ pub(crate) enum Turn {
 /// An `Arc<dyn Runnable>` in a run queue carries the actor's consumer role:
 /// it is queued only by the holder of the role, and whoever takes it out
 /// holds the role until [`run_turn`](Runnable::run_turn) returns
-/// [`Turn::Idle`].
+/// [`Turn::Idle`]. Its strong count is the actor's own run-queue reference,
+/// which moves with the role (decision 0050): a task is made without
+/// touching the count, and a turn that ends idle leaves it with the actor.
+/// Dropping a task without running it drops that reference and strands the
+/// role, which only a stopped scheduler does.
 pub(crate) trait Runnable: Send + Sync + 'static {
     /// Runs one turn of at most `budget` messages, then gives up the
-    /// consumer role ([`Turn::Idle`], dropping the task) unless there is
+    /// consumer role ([`Turn::Idle`], consuming the task) unless there is
     /// more to do ([`Turn::Again`]: the task comes back, the caller still
     /// holds the role and must run or queue the actor again).
     ///
     /// # Safety
-    /// The caller holds the actor's consumer role (`mailbox.rs`).
+    /// The caller holds the actor's consumer role (`mailbox.rs`), and
+    /// `self` is the task that carries it: the actor's run-queue
+    /// reference, not a clone.
     unsafe fn run_turn(self: Arc<Self>, budget: u32) -> Turn;
+    /// As [`run_turn`](Self::run_turn), for a thread that holds the role
+    /// and a reference of its own (an actor's dedicated thread), lent to
+    /// the turn as `self`: `true` while it still holds the role.
+    ///
+    /// # Safety
+    /// The caller holds the actor's consumer role.
+    unsafe fn run_turn_owned(self: Arc<Self>, budget: u32) -> bool;
     fn is_finished(&self) -> bool;
     fn id(&self) -> ActorId;
     /// The scheduler that runs this actor. Borrowed from the actor, so
@@ -470,7 +483,7 @@ impl Scheduler {
                     // SAFETY: this thread holds the role: it was created
                     // holding it, `Again` keeps it, and each unpark hands it
                     // back (the function's contract).
-                    while let Turn::Again(_) = unsafe { task.clone().run_turn(u32::MAX) } {}
+                    while unsafe { task.clone().run_turn_owned(u32::MAX) } {}
                     if task.is_finished() {
                         return;
                     }

@@ -89,8 +89,12 @@ impl Arrival {
             return;
         }
         let _crash_reports = crash_report::actor_thread(shared.crash_reports);
+        // The turn consumes the task, and an actor that stops in it may be
+        // freed, scheduler reference and all, before it returns: only plain
+        // values are taken from it here.
+        let (running, budget) = (Arc::as_ptr(shared), shared.budget);
         let turn = KEEPER.with(|k| {
-            let was = k.running.replace(Arc::as_ptr(shared));
+            let was = k.running.replace(running);
             // Restores the flag even if the turn unwinds (a panic outside
             // the handler's own catch), so the thread is never left
             // looking like a worker.
@@ -102,14 +106,12 @@ impl Arrival {
             }
             let _restore = Restore(k, was);
             // SAFETY: the arrival holds the consumer role (taken from the
-            // schedule it replaced), and gives it to this turn.
-            let turn = unsafe { task.clone().run_turn(shared.budget) };
+            // schedule it replaced) with the task, and gives both to this
+            // turn.
+            let turn = unsafe { task.run_turn(budget) };
             k.turn_end.run();
             turn
         });
-        // `task` is still borrowed by `shared`, so the turn ran on a clone:
-        // two reference-count operations a worker's turn no longer pays
-        // (decision 0040), left here where the scheduler is borrowed.
         if let Turn::Again(task) = turn {
             to_workers(task);
         }
