@@ -159,6 +159,49 @@ fn signal_stack_take_all_races_pushes() {
     });
 }
 
+/// An actor as the consumer-role models see it: its mailbox, and a count
+/// of signals standing for its signal stack.
+struct ModelActor {
+    queue: Queue,
+    /// Signals sent and not yet taken: stands for the signal stack, whose
+    /// push is a read-modify-write too.
+    signal: AtomicUsize,
+    consuming: AtomicBool,
+    handled: AtomicUsize,
+    signals: AtomicUsize,
+}
+
+// SAFETY: (test) the queue is only popped and released by the holder of the
+// role, which `consuming` checks.
+unsafe impl Send for ModelActor {}
+// SAFETY: (test) as for `Send`.
+unsafe impl Sync for ModelActor {}
+
+impl ModelActor {
+    /// Created holding the role, as an actor cell is.
+    fn new() -> Self {
+        ModelActor {
+            queue: Queue::new(),
+            signal: AtomicUsize::new(0),
+            consuming: AtomicBool::new(false),
+            handled: AtomicUsize::new(0),
+            signals: AtomicUsize::new(0),
+        }
+    }
+
+    /// The start of a turn: only one holder at a time, signals first.
+    fn begin_turn(&self) {
+        assert!(!self.consuming.swap(true, Ordering::SeqCst), "two holders");
+        let taken = self.signal.swap(0, Ordering::SeqCst);
+        self.signals.fetch_add(taken, Ordering::SeqCst);
+    }
+
+    /// What the release asks before letting go: whether a signal waits.
+    fn input_waiting(&self) -> bool {
+        self.signal.load(Ordering::SeqCst) != 0
+    }
+}
+
 /// The consumer role (`mailbox.rs`, invariants 4–6): two senders push
 /// (the one whose push finds the role free runs the actor) while a third
 /// records a signal and offers the role, against a holder that drains and
@@ -167,25 +210,9 @@ fn signal_stack_take_all_races_pushes() {
 /// input is left with nobody to take it (a lost wake-up).
 #[test]
 fn consumer_role_never_loses_a_wakeup() {
-    struct Actor {
-        queue: Queue,
-        /// Signals sent and not yet taken: stands for the signal stack,
-        /// whose push is a read-modify-write too.
-        signal: AtomicUsize,
-        consuming: AtomicBool,
-        handled: AtomicUsize,
-        signals: AtomicUsize,
-    }
-    // SAFETY: (test) the queue is only popped by the holder of the role.
-    unsafe impl Send for Actor {}
-    // SAFETY: (test) as for `Send`.
-    unsafe impl Sync for Actor {}
-
-    fn consume(a: &Actor) {
+    fn consume(a: &ModelActor) {
         loop {
-            assert!(!a.consuming.swap(true, Ordering::SeqCst), "two consumers");
-            let taken = a.signal.swap(0, Ordering::SeqCst);
-            a.signals.fetch_add(taken, Ordering::SeqCst);
+            a.begin_turn();
             loop {
                 // SAFETY: `consuming` asserts we are the only consumer.
                 match unsafe { a.queue.pop() } {
@@ -208,9 +235,8 @@ fn consumer_role_never_loses_a_wakeup() {
             a.consuming.store(false, Ordering::SeqCst);
             // As `ActorCell::release_from` does: nothing is looked at after
             // the release, which may hand the role (and the actor) on.
-            let input = || a.signal.load(Ordering::SeqCst) != 0;
             // SAFETY: we hold the role, and no `Consumer` is alive.
-            match unsafe { a.queue.release(false, input) } {
+            match unsafe { a.queue.release(false, || a.input_waiting()) } {
                 Release::Kept => continue,
                 // SAFETY: handed over by the release.
                 Release::Released { retired } => unsafe { free(retired) },
@@ -220,13 +246,7 @@ fn consumer_role_never_loses_a_wakeup() {
     }
 
     loom::model(|| {
-        let a = Arc::new(Actor {
-            queue: Queue::new(),
-            signal: AtomicUsize::new(0),
-            consuming: AtomicBool::new(false),
-            handled: AtomicUsize::new(0),
-            signals: AtomicUsize::new(0),
-        });
+        let a = Arc::new(ModelActor::new());
         // The creator holds the role; an idle actor's is free.
         // SAFETY: we hold the role and the queue is empty.
         assert_eq!(
@@ -288,27 +308,13 @@ fn consumer_role_never_loses_a_wakeup() {
 /// or by a thread that took the role after it, and the role ends free.
 #[test]
 fn waiting_actor_never_loses_a_signal() {
-    struct Actor {
-        queue: Queue,
-        signal: AtomicUsize,
-        consuming: AtomicBool,
-        signals: AtomicUsize,
-    }
-    // SAFETY: (test) the queue is only released by the holder of the role.
-    unsafe impl Send for Actor {}
-    // SAFETY: (test) as for `Send`.
-    unsafe impl Sync for Actor {}
-
     /// A turn of a waiting actor: it takes its signals, not its messages.
-    fn turn(a: &Actor) {
+    fn turn(a: &ModelActor) {
         loop {
-            assert!(!a.consuming.swap(true, Ordering::SeqCst), "two holders");
-            let taken = a.signal.swap(0, Ordering::SeqCst);
-            a.signals.fetch_add(taken, Ordering::SeqCst);
+            a.begin_turn();
             a.consuming.store(false, Ordering::SeqCst);
-            let input = || a.signal.load(Ordering::SeqCst) != 0;
             // SAFETY: we hold the role, and no `Consumer` is alive.
-            match unsafe { a.queue.release(true, input) } {
+            match unsafe { a.queue.release(true, || a.input_waiting()) } {
                 Release::Kept => continue,
                 // Nothing was taken since the queue was made, so nothing
                 // is retired.
@@ -319,13 +325,7 @@ fn waiting_actor_never_loses_a_signal() {
     }
 
     loom::model(|| {
-        // Created holding the role, as an actor cell is.
-        let a = Arc::new(Actor {
-            queue: Queue::new(),
-            signal: AtomicUsize::new(0),
-            consuming: AtomicBool::new(false),
-            signals: AtomicUsize::new(0),
-        });
+        let a = Arc::new(ModelActor::new());
         let pusher = a.clone();
         let pushing = thread::spawn(move || {
             // SAFETY: a fresh node; the queue outlives it.
