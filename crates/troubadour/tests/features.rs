@@ -693,3 +693,59 @@ fn a_graceful_stop_sticks_even_for_a_permanent_actor() {
     assert!(rx.drain().is_empty(), "not restarted");
     assert!(!child.is_alive());
 }
+
+/// Pends for ever, handing its waker to the test.
+struct Parked {
+    waker: std::sync::Arc<std::sync::Mutex<Option<std::task::Waker>>>,
+}
+
+impl Actor for Parked {}
+
+struct Park;
+impl Message for Park {
+    type Reply = ();
+}
+
+impl AsyncHandler<Park> for Parked {
+    async fn handle(&mut self, _: Park, _: &mut Context<Self>) {
+        let waker = self.waker.clone();
+        std::future::poll_fn(move |cx| {
+            *waker.lock().unwrap() = Some(cx.waker().clone());
+            std::task::Poll::<()>::Pending
+        })
+        .await
+    }
+}
+
+/// A waker can outlive the handler it belonged to (a timer or a socket
+/// keeps it): waking it after the actor stopped must do nothing, not keep
+/// the waking thread busy with an actor that has nothing to resume.
+#[test]
+fn a_waker_fired_after_its_actor_stopped_does_nothing() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+    let actor = system
+        .spawn(Parked {
+            waker: slot.clone(),
+        })
+        .unwrap();
+    actor.tell(Park).unwrap();
+    let waker = loop {
+        if let Some(w) = slot.lock().unwrap().take() {
+            break w;
+        }
+        std::thread::yield_now();
+    };
+    actor.stop();
+    assert_eq!(system.block_on(actor.wait_stopped()), ExitReason::Normal);
+    let (done, woke) = mpsc::channel();
+    std::thread::spawn(move || {
+        waker.wake();
+        let _ = done.send(());
+    });
+    woke.recv_timeout(LIVENESS)
+        .expect("waking a stopped actor's waker never returned");
+    // The stopped actor still refuses messages, and its system shuts down.
+    assert!(actor.tell(Park).is_err());
+    system.shutdown(LIVENESS).unwrap();
+}

@@ -1223,7 +1223,7 @@ impl<A: Actor> ActorCell<A> {
         // fields are ours until the exchange below.
         let cell = unsafe { &*this };
         // SAFETY: we hold the role (contract): the consumer fields are ours.
-        let (waiting, finishing) = unsafe {
+        let (waiting, closed, finishing) = unsafe {
             let waiting = cell.phase() != Phase::Running
                 || cell.extras_opt().is_some_and(|e| e.suspended.is_some());
             let closed = cell.run.load() & CLOSED != 0;
@@ -1233,15 +1233,15 @@ impl<A: Actor> ActorCell<A> {
             // A waiting actor gives the role up with messages queued (the
             // next send takes it back), unless it has stopped: then they
             // are drained.
-            (waiting && !closed, finishing)
+            (waiting && !closed, closed, finishing)
         };
         let (mailbox, signals, run) = (&cell.mailbox, &cell.signals, &cell.run);
+        // A wake-up is input only for a live actor: a stopped one has no
+        // handler to resume, and a waker can outlive it (a timer or a
+        // socket keeps it), so its `WOKEN` may stay set for good.
+        let input_waiting = || !signals.looks_empty() || (!closed && run.load() & WOKEN != 0);
         // SAFETY: we hold the role (contract); no mailbox run is open.
-        let released = unsafe {
-            mailbox.release(waiting, || {
-                !signals.looks_empty() || run.load() & WOKEN != 0
-            })
-        };
+        let released = unsafe { mailbox.release(waiting, input_waiting) };
         match released {
             Release::Kept => {
                 if finishing {
