@@ -140,6 +140,14 @@ impl Launcher {
     fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// What the nodes logged lately, to show with a failure: which shards
+    /// moved, which leases were renewed late, what went wrong.
+    fn log_tail(&self) -> String {
+        let text = self.log_text();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(80)..].join("\n")
+    }
 }
 
 impl Drop for Launcher {
@@ -237,7 +245,17 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
     for (id, (owner, _)) in vehicles.iter().take(15) {
         for addr in &addrs {
             let (status, v) = get_json(*addr, &format!("/vehicle?id={id}")).unwrap();
-            assert_eq!(status, 200, "{id} through {addr}: {v}");
+            if status != 200 {
+                let views: Vec<String> = addrs
+                    .iter()
+                    .map(|a| format!("{a}: {:?}", get_json(*a, "/cluster").map(|(_, v)| v)))
+                    .collect();
+                panic!(
+                    "{id} through {addr}: {status} {v}\nthe nodes' views now:\n{}\nthe nodes' log:\n{}",
+                    views.join("\n"),
+                    launcher.log_tail()
+                );
+            }
             assert_eq!(v["node"].as_str(), Some(owner.as_str()), "{id} via {addr}");
         }
     }
