@@ -318,6 +318,21 @@ fn three_node_processes_serve_every_bus_and_survive_kill_9_of_one() {
     assert!(batches_received(addrs[2]) > 0);
     assert_eq!(batches_received(addrs[0]), 0, "node1 has no page open");
 
+    // A healthy cluster gave up no flush of a moved shard's old path
+    // (each would have held that shard's messages for a second).
+    for (i, addr) in addrs.iter().enumerate() {
+        let (_, metrics) = get(*addr, "/metrics").unwrap();
+        let line = format!(
+            "troubadour_cluster_flushes_given_up_total{{node=\"node{}\"}} 0",
+            i + 1
+        );
+        assert!(
+            metrics.contains(&line),
+            "no `{line}` in:\n{metrics}\nthe nodes' log:\n{}",
+            launcher.log_tail()
+        );
+    }
+
     // kill -9 of node2 while the feed runs.
     let (victim_pid, victim_addr) = launcher.nodes[1];
     let victim = "node2".to_string();

@@ -393,6 +393,7 @@ impl ClusterBuilder {
                 groups,
                 membership,
                 shards: self.shards,
+                incarnation: system.node().incarnation(),
             }),
         };
         Ok((cluster, self.store, self.shards))
@@ -457,6 +458,8 @@ struct Inner {
     membership: Membership,
     shards: ShardCount,
     groups: ActorRef<Groups>,
+    /// This node's incarnation, which its messages carry (`Routed::from`).
+    incarnation: u64,
 }
 
 /// A node's part of a cluster. See the [crate docs](crate).
@@ -639,6 +642,7 @@ impl Cluster {
             failovers: s.failovers,
             activations: s.counts.activations,
             passivations: s.counts.passivations,
+            flushes_given_up: s.counts.flushes_given_up,
             lease_renewals: s.counts.renewals,
             lease_renewal_failures: s.counts.renewal_failures,
             lease_renewal_micros_total: s.counts.renewal_micros_total,
@@ -699,6 +703,11 @@ pub struct ClusterStatus {
     pub activations: u64,
     /// Entities stopped here for being idle (or to make room).
     pub passivations: u64,
+    /// Moves whose old path this node flushed without an answer within a
+    /// second (the region there did not answer, or was itself waiting):
+    /// the messages held for the flush then went on, and their order may
+    /// have broken. 0 in a healthy cluster.
+    pub flushes_given_up: u64,
     /// Lease renewals the store accepted.
     pub lease_renewals: u64,
     /// Lease renewals refused (lease lost) or failed (store unreachable).
@@ -777,6 +786,7 @@ impl<A: Entity> EntityRef<A> {
                 id: self.id.clone(),
                 codec,
                 body: Box::new(msg),
+                from: self.cluster.inner.incarnation,
             }),
             None => Err(msg),
         }

@@ -393,6 +393,11 @@ pub(crate) struct Routed {
     pub id: Arc<str>,
     pub codec: &'static MessageCodec,
     pub body: Box<dyn Any + Send>,
+    /// The incarnation of the node that sent it to this one (its region
+    /// forwarding it, or an entity reference's shortcut); on the node it
+    /// was made on, that node's. A region moving the shard lets what comes
+    /// from its old path's node go on unheld (`region.rs`, `route_at`).
+    pub from: u64,
 }
 
 impl Message for Routed {
@@ -416,11 +421,12 @@ impl Serialize for Routed {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         let body = (self.codec.body)(&*self.body)
             .ok_or_else(|| serde::ser::Error::custom("the body is not its codec's type"))?;
-        let mut t = s.serialize_tuple(4)?;
+        let mut t = s.serialize_tuple(5)?;
         t.serialize_element(&*self.kind)?;
         t.serialize_element(&*self.id)?;
         t.serialize_element(self.codec.name)?;
         t.serialize_element(&ErasedBody(body))?;
+        t.serialize_element(&self.from)?;
         t.end()
     }
 }
@@ -494,15 +500,17 @@ impl<'de> Deserialize<'de> for Routed {
                 let body = seq
                     .next_element_seed(BodySeed(codec.decode_body))?
                     .ok_or_else(|| de::Error::custom("the envelope ended before its body"))?;
+                let from = next(&mut seq, "sender's incarnation")?;
                 Ok(Routed {
                     kind,
                     id,
                     codec,
                     body,
+                    from,
                 })
             }
         }
-        d.deserialize_tuple(4, RoutedVisitor)
+        d.deserialize_tuple(5, RoutedVisitor)
     }
 }
 
@@ -652,11 +660,13 @@ mod tests {
             id: "0012.01214".into(),
             codec: codec_of::<Move>().unwrap(),
             body: Box::new(Move { x: 3, y: -4 }),
+            from: 7,
         };
         let bytes = postcard::to_allocvec(&sent).unwrap();
         let got: Routed = postcard::from_bytes(&bytes).unwrap();
         assert_eq!((&*got.kind, &*got.id), ("vehicle", "0012.01214"));
         assert_eq!(got.codec.name, Move::NAME);
+        assert_eq!(got.from, 7);
         assert_eq!(*got.body.downcast::<Move>().unwrap(), Move { x: 3, y: -4 });
     }
 

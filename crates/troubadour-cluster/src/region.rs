@@ -234,8 +234,9 @@ pub(crate) enum Event {
     Passivated(ShardId, EntityKey),
     /// Every shard was handed off and the store let the node go.
     Left(Result<(), LeaseError>),
-    /// The old path of a shard's messages has been flushed (or is gone).
-    Flushed(ShardId),
+    /// The old path of a shard's messages has been flushed (or is gone);
+    /// `false` if its flush was given up at [`FLUSH_LIMIT`].
+    Flushed(ShardId, bool),
 }
 
 /// The region actor. See the [module docs](self).
@@ -379,6 +380,9 @@ pub(crate) struct RegionCounts {
     pub activations: u64,
     /// Entities stopped for being idle (or to make room).
     pub passivations: u64,
+    /// Flushes of a moved shard's old path not answered within
+    /// [`FLUSH_LIMIT`]: the messages held for them went on regardless.
+    pub flushes_given_up: u64,
     /// Lease renewals the store accepted, and refused or failed.
     pub renewals: u64,
     pub renewal_failures: u64,
@@ -941,8 +945,14 @@ impl Region {
         if here && !p.local {
             return self.deliver(shard, p, now, ctx);
         }
-        if let Some(held) = self.moving.get_mut(&shard) {
-            held.push_back(p);
+        if self.moving.contains_key(&shard) {
+            if self.comes_from_old_path(shard, &p) {
+                return self.pass_on(shard, p, ctx);
+            }
+            self.moving
+                .get_mut(&shard)
+                .expect("checked above")
+                .push_back(p);
             return;
         }
         // Nothing overtakes what already waits for the shard's owner.
@@ -979,6 +989,14 @@ impl Region {
             if Target::Node(old.clone()) != target {
                 let old = old.clone();
                 let id = p.routed.id.clone();
+                if self.comes_from_old_path(shard, &p) {
+                    self.moving.insert(shard, VecDeque::new());
+                    self.flush_old_path(shard, old, id, ctx);
+                    return match elsewhere {
+                        Some((key, node)) => self.forward(key, node, p, ctx),
+                        None => self.deliver(shard, p, now, ctx),
+                    };
+                }
                 self.moving.insert(shard, VecDeque::from([p]));
                 self.flush_old_path(shard, old, id, ctx);
                 return;
@@ -997,6 +1015,40 @@ impl Region {
         }
     }
 
+    /// Whether `p`, a message for `shard`, which this region is moving
+    /// (or about to move) off its old path, came from the node that path
+    /// leads to. This region never sent such a message down that path
+    /// (short of a bounce between two stale views), so the path's flush
+    /// guards nothing of it: it goes on at once instead of being held.
+    /// Held, it could deadlock: two regions whose old paths lead to each
+    /// other (a shard that moved from one to the other and on, each having
+    /// sent it messages only through the other) flush each other's path,
+    /// and each flush, arriving from the other's old path, would wait for
+    /// the other's, both until [`FLUSH_LIMIT`], after which the held
+    /// messages go on unordered. Passing it on keeps its sender's order:
+    /// everything that node sent here before it arrived before it, and
+    /// was passed on before it the same way (or delivered).
+    fn comes_from_old_path(&self, shard: ShardId, p: &Pending) -> bool {
+        !p.local
+            && self.setup.best_effort.is_none()
+            && matches!(
+                self.sent_to.get(&shard),
+                Some((Target::Node(old), _)) if old.incarnation == p.routed.from
+            )
+    }
+
+    /// Sends `p` on to the shard's owner without waiting for this
+    /// region's flush (see [`comes_from_old_path`](Self::comes_from_old_path)).
+    fn pass_on(&mut self, shard: ShardId, p: Pending, ctx: &mut Context<Self>) {
+        if self.waiting.contains_key(&shard) {
+            return self.wait(shard, p, ctx);
+        }
+        match self.owner_elsewhere(shard) {
+            Some((key, node)) => self.forward(key, node, p, ctx),
+            None => self.wait(shard, p, ctx),
+        }
+    }
+
     /// Sends a flush for `shard` down the path to `old` (see [`Flush`]).
     fn flush_old_path(
         &mut self,
@@ -1011,6 +1063,7 @@ impl Region {
                 id,
                 codec: self.flush,
                 body: Box::new(Flush),
+                from: self.key.incarnation,
             },
             reply: None,
             local: true,
@@ -1079,6 +1132,7 @@ impl Region {
                 id: Arc::from(""),
                 codec,
                 body: Box::new(body),
+                from: self.key.incarnation,
             },
             reply: None,
             local: true,
@@ -1318,7 +1372,7 @@ impl Region {
             reply,
             local,
         } = p;
-        let codec = routed.codec;
+        let (codec, from) = (routed.codec, routed.from);
         let refused = match reply {
             None => match (deliver.tell)(entity, routed.body) {
                 Ok(()) | Err(Undelivered::Full) => None,
@@ -1353,6 +1407,7 @@ impl Region {
                 id: routed.id,
                 codec,
                 body,
+                from,
             };
             self.deliver(
                 shard,
@@ -1570,14 +1625,18 @@ impl Region {
             // order may then break, nothing hangs.
             self.start_task(
                 Box::pin(async move {
-                    let _ = asked.await;
-                    Event::Flushed(shard)
+                    let timely = !matches!(asked.await, Err(AskError::Timeout(_)));
+                    Event::Flushed(shard, timely)
                 }),
                 ctx,
             );
             return;
         }
-        let Pending { routed, reply, .. } = p;
+        let Pending {
+            mut routed, reply, ..
+        } = p;
+        // From here on it comes from this node.
+        routed.from = self.key.incarnation;
         match reply {
             None => {
                 // Lost with the connection if it breaks: at most once.
@@ -1659,7 +1718,13 @@ impl Region {
                 let _ = reply.send(answer);
             }
             Event::Passivated(shard, key) => self.on_passivated(shard, key, ctx),
-            Event::Flushed(shard) => self.on_flushed(shard, ctx),
+            Event::Flushed(shard, timely) => {
+                if !timely {
+                    self.counts.flushes_given_up += 1;
+                    tracing::warn!(target: "troubadour::cluster", shard = shard.get(), "the old path's flush was not answered in time: held messages go on (their order may break)");
+                }
+                self.on_flushed(shard, ctx)
+            }
             Event::Left(result) => {
                 // Read the store on: what waits here goes to the new owners.
                 self.renew(ctx);

@@ -800,6 +800,15 @@ fn each_senders_order_holds_across_moves() {
                 net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
             }
         }
+        let given_up: Vec<u64> = t
+            .clusters
+            .iter()
+            .map(|c| net.block_on(c.status()).unwrap().flushes_given_up)
+            .collect();
+        assert!(
+            given_up.iter().all(|&n| n == 0),
+            "flushes given up: {given_up:?}"
+        );
         let alive = t.alive.lock().unwrap();
         assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
         for id in &ids {
@@ -857,5 +866,88 @@ fn a_limit_on_active_entities_passivates_the_least_recently_used() {
         );
         assert_eq!(got, Ok(5));
         assert_eq!(made(&t, &first), 2);
+    });
+}
+
+/// A shard that moved twice (n0 → n1 → n2) while n0 and n1 each sent it
+/// messages only through the other (n1 while n0 hosted it, n0 while n1
+/// did) leaves each of them with the other as its old path. The next
+/// message from n0 makes n0 flush n1, and that flush, passing n1, makes n1
+/// flush n0: the two flushes cross. Neither may wait for the other (they
+/// would until the flush limit, a second, and let the held messages go on
+/// unordered): every ask is answered and no flush is given up.
+#[test]
+fn crossing_flushes_of_a_shard_moved_twice_do_not_wait_for_each_other() {
+    simulate_network(seeds(10), |net| {
+        let mut t = cluster(net, 1);
+        let ids: Vec<String> = (0..64).map(|i| format!("crossing{i}")).collect();
+        // Active entities on every shard: placement then moves the shards
+        // a few at a time, leaving n1 time to send to them on n0.
+        for id in &ids {
+            let e = t.clusters[0].entity::<Counter>(id.clone());
+            net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
+        }
+        t.join(net, "n1");
+        // From n1 while n0 still hosts them (placement has not moved them
+        // yet): n1's path to them is n0.
+        let mut on_n0 = Vec::new();
+        for id in &ids {
+            let e = t.clusters[1].entity::<Counter>(id.clone());
+            if net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap() == "n0" {
+                on_n0.push(id.clone());
+            }
+        }
+        net.run_for(60 * S);
+        // From n0 once n1 hosts them: n0's path is n1.
+        let mut on_n1 = Vec::new();
+        for id in &on_n0 {
+            let e = t.clusters[0].entity::<Counter>(id.clone());
+            if net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap() == "n1" {
+                on_n1.push(id.clone());
+            }
+        }
+        t.join(net, "n2");
+        net.run_for(30 * S);
+        // Now both send, numbered: each one's first message of a shard
+        // that went on to n2 flushes its old path, the other node.
+        const ROUNDS: u64 = 20;
+        for round in 0..ROUNDS {
+            for id in &on_n1 {
+                for sender in [0u32, 1] {
+                    let e = t.clusters[sender as usize].entity::<Counter>(id.clone());
+                    e.tell(Seq(sender, round)).unwrap();
+                }
+            }
+            net.run_for(S / 10);
+        }
+        let mut moved = 0;
+        for id in &on_n1 {
+            for sender in [0usize, 1] {
+                let e = t.clusters[sender].entity::<Counter>(id.clone());
+                let host = net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
+                moved += usize::from(sender == 0 && host == "n2");
+            }
+        }
+        assert!(
+            moved > 0,
+            "no shard went on from n1 to n2: the test proved nothing"
+        );
+        let alive = t.alive.lock().unwrap();
+        assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
+        for id in &on_n1 {
+            for sender in [0u32, 1] {
+                assert_eq!(
+                    alive.last_seq.get(&(id.clone(), sender)),
+                    Some(&(ROUNDS - 1))
+                );
+            }
+        }
+        drop(alive);
+        let given_up: Vec<u64> = t
+            .clusters
+            .iter()
+            .map(|c| net.block_on(c.status()).unwrap().flushes_given_up)
+            .collect();
+        assert_eq!(given_up, [0, 0, 0], "flushes given up, per node");
     });
 }

@@ -51,6 +51,7 @@
 //! | `troubadour_cluster_messages_waiting` | gauge | |
 //! | `troubadour_cluster_failovers_total` | counter | |
 //! | `troubadour_cluster_activations_total`, `troubadour_cluster_passivations_total` | counter | |
+//! | `troubadour_cluster_flushes_given_up_total` | counter | (0 in a healthy cluster: each is a moved shard whose held messages went on unflushed) |
 //! | `troubadour_cluster_lease_renewals_total` | counter | `outcome` (`accepted`, `failed`) |
 //! | `troubadour_cluster_lease_renewal_seconds_total` | counter | (summed; over the renewals, the mean) |
 //! | `troubadour_cluster_lease_renewal_last_seconds` | gauge | |
@@ -431,6 +432,11 @@ pub fn render_cluster(
             "troubadour_cluster_passivations_total",
             "Virtual actors stopped on this node for being idle.",
             status.passivations,
+        ),
+        (
+            "troubadour_cluster_flushes_given_up_total",
+            "Moved shards whose old path's flush went unanswered for a second: held messages went on, maybe out of order.",
+            status.flushes_given_up,
         ),
     ] {
         w.family(name, Kind::Counter, help);

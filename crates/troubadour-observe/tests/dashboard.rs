@@ -424,6 +424,7 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
         failovers: 4,
         activations: 30,
         passivations: 18,
+        flushes_given_up: 2,
         lease_renewals: 100,
         lease_renewal_failures: 1,
         lease_renewal_micros_total: 250_000,
@@ -491,6 +492,13 @@ fn remote_and_cluster_families_parse_as_prometheus_text() {
             &[("node", "node1")]
         ),
         18.0
+    );
+    assert_eq!(
+        value(
+            "troubadour_cluster_flushes_given_up_total",
+            &[("node", "node1")]
+        ),
+        2.0
     );
     assert_eq!(
         value(
