@@ -11,7 +11,10 @@
 use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
-use troubadour::loom_support::{Idle, Link, NextSlot, Pop, Queue, Release, SignalStack, SlabCount};
+use troubadour::loom_support::{
+    next_slot_become_thief, next_slot_stop_thieving, Idle, Link, NextSlot, Pop, Queue, Release,
+    SignalStack, SlabCount,
+};
 
 #[repr(C)]
 struct Node {
@@ -411,7 +414,15 @@ fn next_slot_owner_and_thief() {
         let slot = Arc::new(NextSlot::new());
         let thief = {
             let slot = slot.clone();
-            thread::spawn(move || slot.take())
+            thread::spawn(move || {
+                // A worker that becomes a thief for two steals, then stops.
+                let me = || std::iter::once(&*slot);
+                assert!(next_slot_become_thief(me()));
+                // SAFETY: a thief of this slot until `stop_thieving`.
+                let stolen = [unsafe { slot.steal() }, unsafe { slot.steal() }];
+                next_slot_stop_thieving(me());
+                stolen
+            })
         };
         let mut taken = Vec::new();
         let mut elsewhere = Vec::new();
@@ -421,13 +432,11 @@ fn next_slot_owner_and_thief() {
                 elsewhere.push(back);
             }
         }
-        if let Some(t) = slot.take() {
+        if let Some(t) = slot.take_own() {
             taken.push(t);
         }
-        if let Some(t) = thief.join().unwrap() {
-            taken.push(t);
-        }
-        if let Some(t) = slot.take() {
+        taken.extend(thief.join().unwrap().into_iter().flatten());
+        if let Some(t) = slot.take_own() {
             taken.push(t);
         }
         taken.extend(elsewhere);

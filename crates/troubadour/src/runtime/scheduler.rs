@@ -63,10 +63,12 @@ use std::time::Instant;
 pub use idle::Idle;
 #[cfg(not(loom))]
 use idle::Idle;
-#[cfg(loom)]
-pub use next_slot::NextSlot;
 #[cfg(not(loom))]
 use next_slot::NextSlot;
+#[cfg(loom)]
+pub use next_slot::{
+    become_thief as next_slot_become_thief, stop_thieving as next_slot_stop_thieving, NextSlot,
+};
 
 /// What a worker does with an actor after a turn.
 pub(crate) enum Turn {
@@ -163,6 +165,11 @@ struct WorkerLocal {
     /// this worker, where their mailbox's memory is.
     yielded: Worker<Task>,
     turn_end: turn_end::TurnEndQueue,
+    /// Whether this worker is a thief of the other workers' next-actor
+    /// slots (`next_slot.rs`): from its first search that reached them
+    /// until it next sleeps, so one `membarrier` covers every steal
+    /// between (decision 0051).
+    thieving: Cell<bool>,
 }
 
 pub use arrivals::Arrival;
@@ -533,7 +540,8 @@ impl Scheduler {
         // memory (and the dead letters of their mailboxes) is reclaimed.
         while steal_one(&self.shared.injector).is_some() {}
         for slot in &self.shared.next {
-            drop(slot.take());
+            // Not the owners: a worker left behind may still be running.
+            drop(slot.steal_once());
         }
         if let Some(manual) = &self.manual {
             manual.lock().unwrap_or_else(|p| p.into_inner()).clear();
@@ -598,13 +606,35 @@ impl Shared {
     }
 
     /// Another worker's next actor, for a worker that searched long enough.
-    fn steal_next(&self, me: usize) -> Option<Task> {
-        let n = self.next.len();
-        let stolen = (1..n).find_map(|k| self.next[(me + k) % n].take());
+    /// The first time since it last slept, the worker becomes a thief of
+    /// every other slot (one `membarrier` for all), if any holds a task.
+    fn steal_next(&self, local: &WorkerLocal) -> Option<Task> {
+        let (me, n) = (local.me, self.next.len());
+        let others = || (1..n).map(|k| &*self.next[(me + k) % n]);
+        if !local.thieving.get() {
+            if !others().any(|s| s.is_full()) {
+                return None;
+            }
+            if !next_slot::become_thief(others()) {
+                return None;
+            }
+            local.thieving.set(true);
+        }
+        // SAFETY: this worker is a thief of every slot but its own.
+        let stolen = others().find_map(|s| unsafe { s.steal() });
         if stolen.is_some() {
             self.steals.fetch_add(1, Ordering::Relaxed);
         }
         stolen
+    }
+
+    /// Ends this worker's thieving of the other slots (`steal_next`), so
+    /// their owners take without the exchange again.
+    fn stop_thieving(&self, local: &WorkerLocal) {
+        if local.thieving.replace(false) {
+            let (me, n) = (local.me, self.next.len());
+            next_slot::stop_thieving((1..n).map(|k| &*self.next[(me + k) % n]));
+        }
     }
 
     fn find_task(&self, local: &WorkerLocal, tick: &mut u32, streak: &mut u32) -> Option<Task> {
@@ -623,7 +653,7 @@ impl Shared {
                 return Some(t);
             }
         }
-        if let Some(t) = self.next[me].take() {
+        if let Some(t) = self.next[me].take_own() {
             *streak += 1;
             return Some(t);
         }
@@ -684,6 +714,7 @@ fn run_worker(
         deque,
         yielded,
         turn_end: Default::default(),
+        thieving: Cell::new(false),
     };
     CURRENT.with(|c| c.set(&local as *const WorkerLocal));
     let _crash_reports = crash_report::actor_thread(shared.crash_reports);
@@ -724,7 +755,7 @@ fn run_worker(
                 continue 'outer;
             }
             if round >= SLOT_STEAL_ROUND {
-                if let Some(task) = shared.steal_next(me) {
+                if let Some(task) = shared.steal_next(&local) {
                     shared.found_work();
                     // SAFETY: taken from a run queue: it carries its role.
                     unsafe { run_task(&shared, &local, task) };
@@ -750,6 +781,7 @@ fn run_worker(
         local.turn_end.run();
         // Idle now: memory a drained backlog left goes back to the system.
         crate::primitives::nodes::purge_idle_slabs();
+        shared.stop_thieving(&local);
         shared.idle.prepare_sleep(me);
         if shared.has_work() || shared.shutdown.load(Ordering::SeqCst) {
             shared.idle.cancel_sleep(me);
@@ -777,7 +809,8 @@ fn run_worker(
     local.turn_end.run();
     // The slot outlives this thread (it is shared); empty it as the deque
     // empties when it drops, so no actor is kept alive by a stopped worker.
-    drop(shared.next[me].take());
+    drop(shared.next[me].take_own());
+    shared.stop_thieving(&local);
     CURRENT.with(|c| c.set(std::ptr::null()));
 }
 
