@@ -215,6 +215,37 @@ fn start_node(
 }
 
 impl TestCluster {
+    /// No node gave up a flush of a moved shard's old path (each would
+    /// have held the shard's messages for a second, then let them go on
+    /// unordered).
+    fn assert_no_flush_given_up(&self, net: &mut SimNetwork) {
+        let given_up: Vec<u64> = self
+            .clusters
+            .iter()
+            .map(|c| net.block_on(c.status()).unwrap().flushes_given_up)
+            .collect();
+        assert!(
+            given_up.iter().all(|&n| n == 0),
+            "flushes given up, per node: {given_up:?}"
+        );
+    }
+
+    /// Every entity of `ids` got senders 0's and 1's numbers `0..rounds`
+    /// in the order sent, none missing.
+    fn assert_each_senders_order(&self, ids: &[String], rounds: u64) {
+        let alive = self.alive.lock().unwrap();
+        assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
+        for id in ids {
+            for sender in [0u32, 1] {
+                assert_eq!(
+                    alive.last_seq.get(&(id.clone(), sender)),
+                    Some(&(rounds - 1)),
+                    "{id} from sender {sender}"
+                );
+            }
+        }
+    }
+
     /// A new node `name` joins the cluster through node 0.
     fn join(&mut self, net: &mut SimNetwork, name: &str) {
         let joiner = net.node(name, with_cluster);
@@ -800,25 +831,8 @@ fn each_senders_order_holds_across_moves() {
                 net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap();
             }
         }
-        let given_up: Vec<u64> = t
-            .clusters
-            .iter()
-            .map(|c| net.block_on(c.status()).unwrap().flushes_given_up)
-            .collect();
-        assert!(
-            given_up.iter().all(|&n| n == 0),
-            "flushes given up: {given_up:?}"
-        );
-        let alive = t.alive.lock().unwrap();
-        assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
-        for id in &ids {
-            for sender in [0u32, 1] {
-                assert_eq!(
-                    alive.last_seq.get(&(id.clone(), sender)),
-                    Some(&(ROUNDS - 1))
-                );
-            }
-        }
+        t.assert_no_flush_given_up(net);
+        t.assert_each_senders_order(&ids, ROUNDS);
         let moved = t
             .activations
             .lock()
@@ -932,22 +946,7 @@ fn crossing_flushes_of_a_shard_moved_twice_do_not_wait_for_each_other() {
             moved > 0,
             "no shard went on from n1 to n2: the test proved nothing"
         );
-        let alive = t.alive.lock().unwrap();
-        assert!(alive.disorder.is_empty(), "{:#?}", alive.disorder);
-        for id in &on_n1 {
-            for sender in [0u32, 1] {
-                assert_eq!(
-                    alive.last_seq.get(&(id.clone(), sender)),
-                    Some(&(ROUNDS - 1))
-                );
-            }
-        }
-        drop(alive);
-        let given_up: Vec<u64> = t
-            .clusters
-            .iter()
-            .map(|c| net.block_on(c.status()).unwrap().flushes_given_up)
-            .collect();
-        assert_eq!(given_up, [0, 0, 0], "flushes given up, per node");
+        t.assert_each_senders_order(&on_n1, ROUNDS);
+        t.assert_no_flush_given_up(net);
     });
 }
