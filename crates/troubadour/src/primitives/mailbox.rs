@@ -478,6 +478,26 @@ impl Consumer<'_> {
         // SAFETY: creating the `Consumer` required being the only consumer.
         unsafe { self.queue.pop_from(&mut self.head) }
     }
+
+    /// Puts back the node the last pop took: it is the oldest again, and
+    /// that pop's `retired` the dummy again. For a consumer that must see
+    /// to something else before the message (a signal sent before it).
+    /// The old dummy is still linked to the node (only a producer writes a
+    /// `next`, and only the tail's), and nothing but this consumer moves
+    /// `head` or retires nodes (invariant 2).
+    ///
+    /// # Safety
+    /// `retired` is what the last [`pop`](Self::pop) of this consumer
+    /// returned with [`Pop::Data`]; its node's message has not been taken
+    /// and `retired` has not been freed.
+    #[inline]
+    pub unsafe fn unpop(&mut self, retired: *mut Link) {
+        self.head = if retired.is_null() {
+            self.queue.stub()
+        } else {
+            retired
+        };
+    }
 }
 
 impl Drop for Consumer<'_> {
@@ -674,6 +694,46 @@ mod tests {
             assert!(release(&q, false), "empty: the role is let go");
             assert!(q.push(node(43)), "and the next push takes it");
             assert_eq!(pop_value(&q), Ok(43));
+            empty(&q);
+        }
+    }
+
+    /// A node put back is the oldest again, from behind the stub and from
+    /// behind a taken node, and nothing is lost or freed twice.
+    #[test]
+    fn a_node_put_back_is_popped_again_first() {
+        let q = Queue::new();
+        // SAFETY: as in `fifo_single_thread`; each `unpop` gets the
+        // `retired` of the pop just before it, unfreed.
+        unsafe {
+            for i in 0..3 {
+                assert!(!q.push(node(i)));
+            }
+            let mut c = q.consumer();
+            let Pop::Data { retired, .. } = c.pop() else {
+                panic!("a node is queued")
+            };
+            assert!(retired.is_null(), "the first pop leaves the stub");
+            c.unpop(retired);
+            drop(c);
+            assert_eq!(pop_value(&q), Ok(0), "put back behind the stub");
+            let mut c = q.consumer();
+            let Pop::Data {
+                node: taken,
+                retired,
+            } = c.pop()
+            else {
+                panic!("a node is queued")
+            };
+            assert_eq!((*(taken as *mut Node)).value, 1);
+            assert!(!retired.is_null(), "behind a taken node");
+            c.unpop(retired);
+            drop(c);
+            assert_eq!(q.count_up_to(10), 2, "both still queued");
+            assert!(!release(&q, false), "not empty: the role is kept");
+            assert_eq!(pop_value(&q), Ok(1));
+            assert_eq!(pop_value(&q), Ok(2));
+            assert!(release(&q, false));
             empty(&q);
         }
     }

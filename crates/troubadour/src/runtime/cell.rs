@@ -898,6 +898,15 @@ impl<A: Actor> ActorCell<A> {
                 loop {
                     let env = match consumer.pop() {
                         Pop::Data { node, retired } => {
+                            // A signal sent before this message (or while
+                            // the last one was handled) comes first: looked
+                            // for after the pop, whose acquire makes every
+                            // signal sent before the message visible here.
+                            if !self.signals.looks_empty() {
+                                // SAFETY: that pop's `retired`, untouched.
+                                consumer.unpop(retired);
+                                break;
+                            }
                             Self::free_retired(retired);
                             let env = Envelope::from_link(node);
                             if let Some(config) = config {
@@ -943,7 +952,7 @@ impl<A: Actor> ActorCell<A> {
                         }
                         break;
                     }
-                    if *left == 0 || !self.signals.looks_empty() {
+                    if *left == 0 {
                         break;
                     }
                 }
