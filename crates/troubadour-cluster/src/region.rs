@@ -234,9 +234,22 @@ pub(crate) enum Event {
     Passivated(ShardId, EntityKey),
     /// Every shard was handed off and the store let the node go.
     Left(Result<(), LeaseError>),
-    /// The old path of a shard's messages has been flushed (or is gone);
-    /// `false` if its flush was given up at [`FLUSH_LIMIT`].
-    Flushed(ShardId, bool),
+    /// The old path of a shard's messages, to the node named, has been
+    /// flushed, is gone, or its flush was given up.
+    Flushed(ShardId, NodeKey, FlushEnd),
+}
+
+/// How the flush of an old path ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum FlushEnd {
+    /// The node at the end of the path answered: what went down the path
+    /// before it has been passed on.
+    Answered,
+    /// The connection to the node was lost, or it refused the flush:
+    /// nothing more comes down the path.
+    PathGone,
+    /// Not answered within [`FLUSH_LIMIT`].
+    GivenUp,
 }
 
 /// The region actor. See the [module docs](self).
@@ -1083,6 +1096,22 @@ impl Region {
         }
     }
 
+    /// A flush down the path to `node` came back unanswered. If `node` is
+    /// no longer a member (it left, or membership has it down), it has
+    /// ended: a node that leaves ends only once everything sent to it was
+    /// passed on, and its process closed its connections as it exited.
+    /// Its region is forgotten, so the next moved shard whose old path
+    /// leads there goes on at once. Kept, every such flush would dial the
+    /// node again and wait out the link's reconnect backoff, which grows
+    /// to seconds: past [`FLUSH_LIMIT`], each held its shard's messages for
+    /// a second after a rolling restart.
+    fn forget_ended_path(&mut self, node: &NodeKey) {
+        if !self.members.contains_key(node) && matches!(self.peers.get(node), Some(Peer::Ready(_)))
+        {
+            self.peers.remove(node);
+        }
+    }
+
     /// The old path is flushed: what was held goes on, in order.
     fn on_flushed(&mut self, shard: ShardId, ctx: &mut Context<Self>) {
         self.sent_to.remove(&shard);
@@ -1596,7 +1625,7 @@ impl Region {
         match self.peers.get_mut(&key) {
             Some(Peer::Ready(region)) => {
                 let region = region.clone();
-                self.send_to(&region, p, ctx);
+                self.send_to(&key, &region, p, ctx);
             }
             Some(Peer::Resolving(queue)) => queue.push_back(p),
             None => {
@@ -1614,10 +1643,17 @@ impl Region {
         }
     }
 
-    fn send_to(&mut self, region: &ActorRef<Region>, p: Pending, ctx: &mut Context<Self>) {
+    fn send_to(
+        &mut self,
+        key: &NodeKey,
+        region: &ActorRef<Region>,
+        p: Pending,
+        ctx: &mut Context<Self>,
+    ) {
         if self.is_own_flush(&p) {
             let shard = self.setup.shards.shard_of(&p.routed.id);
             let asked = region.ask(p.routed).timeout(FLUSH_LIMIT);
+            let node = key.clone();
             // Answered, or the path is gone (the connection was lost):
             // either way nothing more will come down it. Past the limit
             // (two moves of one shard in opposite directions at once can
@@ -1625,8 +1661,12 @@ impl Region {
             // order may then break, nothing hangs.
             self.start_task(
                 Box::pin(async move {
-                    let timely = !matches!(asked.await, Err(AskError::Timeout(_)));
-                    Event::Flushed(shard, timely)
+                    let end = match asked.await {
+                        Ok(_) => FlushEnd::Answered,
+                        Err(AskError::Timeout(_)) => FlushEnd::GivenUp,
+                        Err(_) => FlushEnd::PathGone,
+                    };
+                    Event::Flushed(shard, node, end)
                 }),
                 ctx,
             );
@@ -1674,9 +1714,9 @@ impl Region {
         };
         match found {
             Ok(region) => {
-                self.peers.insert(key, Peer::Ready(region.clone()));
+                self.peers.insert(key.clone(), Peer::Ready(region.clone()));
                 for p in queue {
-                    self.send_to(&region, p, ctx);
+                    self.send_to(&key, &region, p, ctx);
                 }
             }
             // The owner is a member, but this node cannot reach its
@@ -1718,10 +1758,13 @@ impl Region {
                 let _ = reply.send(answer);
             }
             Event::Passivated(shard, key) => self.on_passivated(shard, key, ctx),
-            Event::Flushed(shard, timely) => {
-                if !timely {
+            Event::Flushed(shard, node, end) => {
+                if end == FlushEnd::GivenUp {
                     self.counts.flushes_given_up += 1;
-                    tracing::warn!(target: "troubadour::cluster", shard = shard.get(), "the old path's flush was not answered in time: held messages go on (their order may break)");
+                    tracing::warn!(target: "troubadour::cluster", shard = shard.get(), node = %node, "the old path's flush was not answered in time: held messages go on (their order may break)");
+                }
+                if end != FlushEnd::Answered {
+                    self.forget_ended_path(&node);
                 }
                 self.on_flushed(shard, ctx)
             }

@@ -661,6 +661,29 @@ impl Scenario {
     }
 
     /// For scenarios meant to move shards: that some did.
+    /// No running node gave up a flush of a moved shard's old path: each
+    /// would have held the shard's messages for a second and then let them
+    /// go on unordered. A node that left and ended closed its connections,
+    /// so a flush down its path ends at once, never at the time limit.
+    fn check_no_flush_given_up(&self, net: &mut SimNetwork) {
+        let given_up: Vec<(NodeIndex, u64)> = self
+            .running()
+            .into_iter()
+            .map(|i| {
+                (
+                    i,
+                    net.block_on(self.cluster(i).status())
+                        .unwrap()
+                        .flushes_given_up,
+                )
+            })
+            .collect();
+        assert!(
+            given_up.iter().all(|&(_, n)| n == 0),
+            "flushes given up, per running node: {given_up:?}"
+        );
+    }
+
     fn check_shards_moved(&self) {
         let moves = self
             .store
@@ -810,6 +833,7 @@ fn a_rolling_restart_of_every_node_loses_no_acknowledged_increment() {
         s.check_single_activation();
         s.check_store();
         s.check_shards_moved();
+        s.check_no_flush_given_up(net);
     });
 }
 

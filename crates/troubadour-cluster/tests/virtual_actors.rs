@@ -950,3 +950,44 @@ fn crossing_flushes_of_a_shard_moved_twice_do_not_wait_for_each_other() {
         t.assert_no_flush_given_up(net);
     });
 }
+
+/// A node that left and then ended (its process exited, closing its
+/// connections) is still the old path of the shards it hosted, for every
+/// node that sent them messages through it. The first message each such
+/// shard gets afterwards flushes that path. Those flushes must end at once,
+/// the path being gone: if each dialled the ended node again, the link's
+/// reconnect backoff, doubling with every refused dial, would soon pass the
+/// flush limit, and every later shard would hold its messages for a second
+/// and then let them go on unordered, as happened on a rolling restart.
+#[test]
+fn flushes_down_the_path_of_a_node_that_left_and_ended_end_at_once() {
+    simulate_network(seeds(10), |net| {
+        let mut t = cluster(net, 3);
+        t.join(net, "n3");
+        net.run_for(60 * S);
+        // n0 sends to every entity: its path to those on n3 leads to n3.
+        let mut on_n3 = Vec::new();
+        for i in 0..64 {
+            let id = format!("ended{i}");
+            let e = t.clusters[0].entity::<Counter>(id.clone());
+            if net.block_on(e.ask(WhereAreYou).timeout(30 * S)).unwrap() == "n3" {
+                on_n3.push(id);
+            }
+        }
+        assert!(
+            on_n3.len() >= 8,
+            "only {} entities on n3: too few flushes to show the backoff",
+            on_n3.len()
+        );
+        let leaving = t.clusters.pop().expect("n3 runs");
+        net.block_on(leaving.leave()).unwrap();
+        net.crash(3);
+        // One shard at a time, each ask answered before the next: every
+        // first message flushes the old path on its own.
+        for id in &on_n3 {
+            let e = t.clusters[0].entity::<Counter>(id.clone());
+            net.block_on(e.ask(Add(1)).timeout(30 * S)).unwrap();
+        }
+        t.assert_no_flush_given_up(net);
+    });
+}
