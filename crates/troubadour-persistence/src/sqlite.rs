@@ -511,7 +511,8 @@ fn write_loop(
                 rows += 1;
             }
             tx.commit().map_err(store_error)?;
-            known.committed(&conn)
+            known.committed();
+            Ok(())
         })();
         let failed = outcome.err();
         if failed.is_some() {
@@ -1334,6 +1335,9 @@ fn sync_loop(
 struct Known {
     ids: HashMap<String, Standing, foldhash::fast::RandomState>,
     data_version: Option<i64>,
+    /// `data_version` as read under the write lock of the transaction
+    /// under way.
+    under_lock: Option<i64>,
 }
 
 #[derive(Clone, Copy)]
@@ -1353,21 +1357,31 @@ impl Known {
         if self.data_version != Some(now) {
             self.ids.clear();
         }
+        self.under_lock = Some(now);
         Ok(())
     }
 
-    /// After our commit: the version that includes it.
-    fn committed(&mut self, conn: &Connection) -> Result<(), JournalError> {
-        self.data_version = Some(data_version(conn)?);
+    /// After our commit: the version read under its lock. Our own commit
+    /// does not change a connection's `data_version`, and no other
+    /// connection committed while we held the lock, so that is the version
+    /// the cache is valid for. Read again after the commit instead, it
+    /// would include another store's commit made between our commit and
+    /// the read (a newer writer's fence), the next check would keep the
+    /// cache, and an append at the old epoch would pass the cached check
+    /// after the fence. The event-sourcing test of two activations racing
+    /// on one id caught it once under load: the newer writer was then
+    /// refused for a sequence conflict.
+    fn committed(&mut self) {
+        self.data_version = self.under_lock.take();
         if self.ids.len() > KNOWN_IDS {
             self.ids.clear();
         }
-        Ok(())
     }
 
     fn forget(&mut self) {
         self.ids.clear();
         self.data_version = None;
+        self.under_lock = None;
     }
 
     /// The id's standing: from the cache, or read (the writers' row holds
