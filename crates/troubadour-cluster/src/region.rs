@@ -1104,7 +1104,7 @@ impl Region {
     /// leads there goes on at once. Kept, every such flush would dial the
     /// node again and wait out the link's reconnect backoff, which grows
     /// to seconds: past [`FLUSH_LIMIT`], each held its shard's messages for
-    /// a second after a rolling restart.
+    /// a second once nodes had left for good.
     fn forget_ended_path(&mut self, node: &NodeKey) {
         if !self.members.contains_key(node) && matches!(self.peers.get(node), Some(Peer::Ready(_)))
         {

@@ -660,7 +660,6 @@ impl Scenario {
         }
     }
 
-    /// For scenarios meant to move shards: that some did.
     /// No running node gave up a flush of a moved shard's old path: each
     /// would have held the shard's messages for a second and then let them
     /// go on unordered. A node that left and ended closed its connections,
@@ -684,6 +683,7 @@ impl Scenario {
         );
     }
 
+    /// For scenarios meant to move shards: that some did.
     fn check_shards_moved(&self) {
         let moves = self
             .store

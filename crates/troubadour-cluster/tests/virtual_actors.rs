@@ -958,7 +958,8 @@ fn crossing_flushes_of_a_shard_moved_twice_do_not_wait_for_each_other() {
 /// the path being gone: if each dialled the ended node again, the link's
 /// reconnect backoff, doubling with every refused dial, would soon pass the
 /// flush limit, and every later shard would hold its messages for a second
-/// and then let them go on unordered, as happened on a rolling restart.
+/// and then let them go on unordered, as happened when nodes left a
+/// cluster for good (`scaling_three_to_five_to_three_keeps_each_senders_order`).
 #[test]
 fn flushes_down_the_path_of_a_node_that_left_and_ended_end_at_once() {
     simulate_network(seeds(10), |net| {
