@@ -489,7 +489,7 @@ fn write_loop(
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .map_err(store_error)?;
-            known.check(&tx)?;
+            let version = known.check(&tx)?;
             for write in batch.drain(..) {
                 let pending = apply(&tx, &mut known, &mut row, write);
                 // A refusal is decided before the write changes anything,
@@ -511,7 +511,7 @@ fn write_loop(
                 rows += 1;
             }
             tx.commit().map_err(store_error)?;
-            known.committed();
+            known.committed(version);
             Ok(())
         })();
         let failed = outcome.err();
@@ -1335,9 +1335,6 @@ fn sync_loop(
 struct Known {
     ids: HashMap<String, Standing, foldhash::fast::RandomState>,
     data_version: Option<i64>,
-    /// `data_version` as read under the write lock of the transaction
-    /// under way.
-    under_lock: Option<i64>,
 }
 
 #[derive(Clone, Copy)]
@@ -1352,27 +1349,27 @@ const KNOWN_IDS: usize = 100_000;
 impl Known {
     /// At the start of a transaction (the write lock held): drops the
     /// cache if another connection committed since our last commit.
-    fn check(&mut self, conn: &Connection) -> Result<(), JournalError> {
+    /// Returns the version read, for `committed`.
+    fn check(&mut self, conn: &Connection) -> Result<i64, JournalError> {
         let now = data_version(conn)?;
         if self.data_version != Some(now) {
             self.ids.clear();
         }
-        self.under_lock = Some(now);
-        Ok(())
+        Ok(now)
     }
 
-    /// After our commit: the version read under its lock. Our own commit
-    /// does not change a connection's `data_version`, and no other
-    /// connection committed while we held the lock, so that is the version
-    /// the cache is valid for. Read again after the commit instead, it
-    /// would include another store's commit made between our commit and
-    /// the read (a newer writer's fence), the next check would keep the
-    /// cache, and an append at the old epoch would pass the cached check
-    /// after the fence. The event-sourcing test of two activations racing
-    /// on one id caught it once under load: the newer writer was then
-    /// refused for a sequence conflict.
-    fn committed(&mut self) {
-        self.data_version = self.under_lock.take();
+    /// After our commit: `version`, as `check` read it
+    /// under the transaction's lock. Our own commit does not change a
+    /// connection's `data_version`, and no other connection committed
+    /// while we held the lock, so that is the version the cache is valid
+    /// for. Read again after the commit instead, it could include another
+    /// store's commit made between our commit and the read (a newer
+    /// writer's fence); the next check would then keep the cache, and an
+    /// append at the old epoch would pass the cached check after the
+    /// fence (the likely cause, inferred, of the event-sourcing test of
+    /// two activations racing on one id failing once under load).
+    fn committed(&mut self, version: i64) {
+        self.data_version = Some(version);
         if self.ids.len() > KNOWN_IDS {
             self.ids.clear();
         }
@@ -1381,7 +1378,6 @@ impl Known {
     fn forget(&mut self) {
         self.ids.clear();
         self.data_version = None;
-        self.under_lock = None;
     }
 
     /// The id's standing: from the cache, or read (the writers' row holds
