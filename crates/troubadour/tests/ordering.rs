@@ -167,3 +167,171 @@ fn fifo_between_actors() {
     let (received, _) = checker.ask(Report).timeout(LIVENESS).wait().unwrap();
     assert_eq!(received, relays as u64 * 50 * 100);
 }
+
+/// A receiver that records what it handles, and waits at its first
+/// message until the test lets it go, so that everything sent meanwhile
+/// piles up in its mailbox (where a sender's tells of one type go into
+/// runs, `mailbox.rs` invariant 7).
+struct Lagging {
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    seen: Vec<String>,
+}
+impl Actor for Lagging {}
+
+/// A message with a destructor, so a discarded one is seen to be dropped.
+struct Small(u64, #[allow(dead_code)] Counted);
+impl Message for Small {
+    type Reply = ();
+}
+struct Other(u32);
+impl Message for Other {
+    type Reply = ();
+}
+struct Query(u64);
+impl Message for Query {
+    type Reply = u64;
+}
+struct Seen;
+impl Message for Seen {
+    type Reply = Vec<String>;
+}
+
+struct Counted(Arc<std::sync::atomic::AtomicU64>);
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl Lagging {
+    fn wait_at_the_gate(&mut self) {
+        if let Some(gate) = self.gate.take() {
+            gate.recv_timeout(LIVENESS)
+                .expect("the test lets the actor go");
+        }
+    }
+}
+impl Handler<Small> for Lagging {
+    fn handle(&mut self, Small(n, _): Small, _: &mut Context<Self>) {
+        self.wait_at_the_gate();
+        self.seen.push(format!("s{n}"));
+    }
+}
+impl Handler<Other> for Lagging {
+    fn handle(&mut self, Other(n): Other, _: &mut Context<Self>) {
+        self.wait_at_the_gate();
+        self.seen.push(format!("o{n}"));
+    }
+}
+impl Handler<Query> for Lagging {
+    fn handle(&mut self, Query(n): Query, _: &mut Context<Self>) -> u64 {
+        self.wait_at_the_gate();
+        self.seen.push(format!("q{n}"));
+        n
+    }
+}
+impl Handler<Seen> for Lagging {
+    fn handle(&mut self, _: Seen, _: &mut Context<Self>) -> Vec<String> {
+        std::mem::take(&mut self.seen)
+    }
+}
+
+/// One sender's messages to an actor that lags behind are handled in the
+/// order sent, whatever their types: long stretches of one type (more
+/// than a run holds), other types and asks between them, from two threads
+/// in turn (a sender's run is its thread's, and another thread's message
+/// behind it must not be overtaken by later appends).
+#[test]
+fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let (open, gate) = std::sync::mpsc::channel();
+    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let actor = system
+        .spawn(Lagging {
+            gate: Some(gate),
+            seen: vec![],
+        })
+        .unwrap();
+    let mut expected = vec![];
+    let mut asks = vec![];
+    let mut n = 0u64;
+    let mut send_stretch = |actor: &ActorRef<Lagging>, len: u64, expected: &mut Vec<String>| {
+        for _ in 0..len {
+            actor.tell(Small(n, Counted(dropped.clone()))).unwrap();
+            expected.push(format!("s{n}"));
+            n += 1;
+        }
+    };
+    send_stretch(&actor, 1, &mut expected);
+    send_stretch(&actor, 300, &mut expected);
+    actor.tell(Other(1)).unwrap();
+    expected.push("o1".into());
+    send_stretch(&actor, 70, &mut expected);
+    asks.push(actor.ask(Query(7)));
+    expected.push("q7".into());
+    send_stretch(&actor, 5, &mut expected);
+    // Another thread's messages between this thread's stretches.
+    let other = actor.clone();
+    let from_other = std::thread::spawn(move || {
+        for i in 0..100u32 {
+            other.tell(Other(1000 + i)).unwrap();
+        }
+    });
+    from_other.join().unwrap();
+    expected.extend((0..100).map(|i| format!("o{}", 1000 + i)));
+    send_stretch(&actor, 200, &mut expected);
+    open.send(()).unwrap();
+    for ask in asks {
+        assert_eq!(ask.timeout(LIVENESS).wait().unwrap(), 7);
+    }
+    let seen = actor.ask(Seen).timeout(LIVENESS).wait().unwrap();
+    assert_eq!(seen.len(), expected.len(), "lost or duplicated");
+    if let Some(i) = seen.iter().zip(&expected).position(|(a, b)| a != b) {
+        panic!(
+            "out of order at {i}: handled {:?}, sent {:?}",
+            &seen[i..(i + 5).min(seen.len())],
+            &expected[i..(i + 5).min(expected.len())]
+        );
+    }
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        n,
+        "every message dropped once"
+    );
+    system.shutdown(LIVENESS).unwrap();
+}
+
+/// Messages still queued when an actor stops (in runs, since the actor
+/// lagged) become dead letters, each dropped once: none handled after the
+/// stop, none lost from the count, none leaked.
+#[test]
+fn a_backlog_left_at_a_stop_is_dropped_as_dead_letters_once_each() {
+    let system = ActorSystem::builder().worker_threads(2).build();
+    let (open, gate) = std::sync::mpsc::channel();
+    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let actor = system
+        .spawn(Lagging {
+            gate: Some(gate),
+            seen: vec![],
+        })
+        .unwrap();
+    let before = system.dead_letter_count();
+    const SENT: u64 = 1_000;
+    for n in 0..SENT {
+        actor.tell(Small(n, Counted(dropped.clone()))).unwrap();
+    }
+    // The first message is being handled (at the gate); stop, then open.
+    actor.stop();
+    open.send(()).unwrap();
+    system.shutdown(LIVENESS).unwrap();
+    let dead = system.dead_letter_count() - before;
+    assert!(
+        (SENT - 1..=SENT).contains(&dead),
+        "{dead} dead letters for {SENT} sent, one of which may have been handled"
+    );
+    assert_eq!(
+        dropped.load(Ordering::SeqCst),
+        SENT,
+        "every message dropped once"
+    );
+}

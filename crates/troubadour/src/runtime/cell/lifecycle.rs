@@ -601,12 +601,16 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             loop {
                 match self.mailbox.pop() {
-                    Pop::Data { node, retired } => {
+                    Pop::Data {
+                        node,
+                        slot,
+                        retired,
+                    } => {
                         Self::free_retired(retired);
                         let env = self.popped(node);
                         self.system.dead_letters.record(
                             self.id,
-                            Envelope::discard_queued(env),
+                            Envelope::discard_queued(env, slot),
                             reason,
                         );
                     }
