@@ -1,6 +1,5 @@
 //! Loom models of the lock-free core: the mailbox queue, the signal stack,
-//! the consumer role carried by the queue's tail and a sender's appends to
-//! its run at the tail (`mailbox.rs`), the count
+//! the consumer role carried by the queue's tail (`mailbox.rs`), the count
 //! that frees a message slab (`nodes.rs`) and a worker's next-actor slot
 //! (`scheduler/next_slot.rs`).
 //!
@@ -13,8 +12,8 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use loom::sync::{Arc, Mutex};
 use loom::thread;
 use troubadour::loom_support::{
-    next_slot_become_thief, next_slot_stop_thieving, retired_node, Idle, Link, NextSlot, Pop,
-    Queue, Release, RunCounts, SignalStack, SlabCount, Tail, RUN_COUNTS_AT,
+    next_slot_become_thief, next_slot_stop_thieving, Idle, Link, NextSlot, Pop, Queue, Release,
+    SignalStack, SlabCount,
 };
 
 #[repr(C)]
@@ -95,7 +94,7 @@ fn queue_mpsc_fifo_no_loss() {
         while got < 3 {
             // SAFETY: this thread is the only consumer.
             match unsafe { q.0.pop() } {
-                Pop::Data { node, retired, .. } => {
+                Pop::Data { node, retired } => {
                     // SAFETY: nodes from `node`: one handed out, one retired.
                     let (prod, seq) = unsafe { read(node) };
                     unsafe { free(retired) };
@@ -220,7 +219,7 @@ fn consumer_role_never_loses_a_wakeup() {
             loop {
                 // SAFETY: `consuming` asserts we are the only consumer.
                 match unsafe { a.queue.pop() } {
-                    Pop::Data { node, retired, .. } => {
+                    Pop::Data { node, retired } => {
                         // SAFETY: nodes from `node`: one handed out, one
                         // retired.
                         unsafe {
@@ -302,152 +301,6 @@ fn consumer_role_never_loses_a_wakeup() {
     });
 }
 
-/// A node of the run model: `kind` 0 is a message of its own, 1 a run of
-/// two, as an envelope's vtable would say.
-#[repr(C)]
-struct RunModelNode {
-    link: Link,
-    kind: usize,
-    counts: RunCounts,
-    slots: [loom::cell::UnsafeCell<usize>; 2],
-}
-
-fn run_model_node(kind: usize, value: usize) -> *mut Link {
-    assert_eq!(std::mem::offset_of!(RunModelNode, counts), RUN_COUNTS_AT);
-    Box::into_raw(Box::new(RunModelNode {
-        link: Link::new(),
-        kind,
-        counts: RunCounts::new(),
-        slots: [
-            loom::cell::UnsafeCell::new(value),
-            loom::cell::UnsafeCell::new(0),
-        ],
-    })) as *mut Link
-}
-
-/// An actor for the run model: messages handled, in order, and the nodes
-/// retired, freed at the end (a sender's open slab keeps a run's memory in
-/// place while the sender may look at it, `nodes.rs`).
-struct RunModelActor {
-    queue: Queue,
-    consuming: AtomicBool,
-    handled: Mutex<Vec<usize>>,
-    retired: Mutex<Vec<usize>>,
-}
-
-// SAFETY: (test) the queue is only popped and released by the holder of the
-// role, which `consuming` checks.
-unsafe impl Send for RunModelActor {}
-// SAFETY: (test) as for `Send`.
-unsafe impl Sync for RunModelActor {}
-
-/// A turn and the release after it, as `ActorCell` does them.
-fn run_model_consume(a: &RunModelActor) {
-    loop {
-        assert!(!a.consuming.swap(true, Ordering::SeqCst), "two holders");
-        loop {
-            // SAFETY: `consuming` asserts we are the only consumer.
-            match unsafe { a.queue.pop() } {
-                Pop::Data {
-                    node,
-                    slot,
-                    retired,
-                } => {
-                    let n = node as *mut RunModelNode;
-                    // SAFETY: a node of this model, live (the queue's dummy).
-                    let value = unsafe { (*n).slots[slot as usize].with(|p| *p) };
-                    a.handled.lock().unwrap().push(value);
-                    a.retired
-                        .lock()
-                        .unwrap()
-                        .push(retired_node(retired) as usize);
-                }
-                Pop::Empty => break,
-                Pop::Inconsistent => thread::yield_now(),
-            }
-        }
-        a.consuming.store(false, Ordering::SeqCst);
-        // SAFETY: we hold the role, and no `Consumer` is alive.
-        match unsafe { a.queue.release(false, || false) } {
-            Release::Kept => continue,
-            Release::Released { retired } => a.retired.lock().unwrap().push(retired as usize),
-        }
-        return;
-    }
-}
-
-/// A sender's append to its run at the tail (`mailbox.rs`, invariant 7)
-/// against the consumer's close, both where it moves past the run (a
-/// second sender's push lands behind it) and where its release lets the
-/// role go. The consumer is the model's own thread, which holds the role
-/// from the start and consumes while both send. Whatever the interleaving, every message is handled once, the
-/// run's sender's two in order, nobody runs the actor twice at once, and
-/// the role ends free: an append that the close beat became a push that
-/// took the role, never a message left behind with nobody to take it.
-#[test]
-fn an_append_races_the_consumers_close() {
-    loom::model(|| {
-        let a = Arc::new(RunModelActor {
-            queue: Queue::new(),
-            consuming: AtomicBool::new(false),
-            handled: Mutex::new(vec![]),
-            retired: Mutex::new(vec![]),
-        });
-        let s = a.clone();
-        let runs = thread::spawn(move || {
-            let run = run_model_node(1, 1);
-            // SAFETY: a fresh run; the queue outlives it.
-            if unsafe { s.queue.push_run(run) } {
-                run_model_consume(&s);
-            }
-            // SAFETY: our run, whose memory stays until the model ends.
-            let appended = s.queue.tail_for_sender() == Tail::Run(run)
-                && unsafe { Queue::open_count(run) } == Some(1)
-                && {
-                    // SAFETY: slot 1 is not published: nobody reads it.
-                    unsafe { (*(run as *mut RunModelNode)).slots[1].with_mut(|p| *p = 2) };
-                    // SAFETY: as above.
-                    unsafe { Queue::append_to(run, 1) }
-                };
-            // SAFETY: a fresh node; the queue outlives it.
-            if !appended && unsafe { s.queue.push(run_model_node(0, 2)) } {
-                run_model_consume(&s);
-            }
-        });
-        let t = a.clone();
-        let other = thread::spawn(move || {
-            // SAFETY: as above.
-            if unsafe { t.queue.push(run_model_node(0, 3)) } {
-                run_model_consume(&t);
-            }
-        });
-        // This thread was created holding the role, and consumes while
-        // the two send: it may pass the run while its sender appends.
-        run_model_consume(&a);
-        runs.join().unwrap();
-        other.join().unwrap();
-        assert!(a.queue.is_idle(), "the role was left taken");
-        let handled = a.handled.lock().unwrap().clone();
-        let mut sorted = handled.clone();
-        sorted.sort();
-        assert_eq!(sorted, vec![1, 2, 3], "lost or handled twice: {handled:?}");
-        let first = handled.iter().position(|&v| v == 1);
-        let second = handled.iter().position(|&v| v == 2);
-        assert!(first < second, "the run's sender out of order: {handled:?}");
-        // SAFETY: quiescent; we are the only thread. Every node was retired
-        // once (the last by the last release), and is freed once here.
-        unsafe {
-            assert_eq!(a.queue.pop(), Pop::Empty);
-            assert!(a.queue.take_dummy().is_null());
-            for p in a.retired.lock().unwrap().drain(..) {
-                if p != 0 {
-                    drop(Box::from_raw(p as *mut RunModelNode));
-                }
-            }
-        }
-    });
-}
-
 /// The consumer role of an actor that waits (a suspended async handler):
 /// it lets go with messages queued, so a push that replaces the mark an
 /// offer left in `tail` does not keep it, and only the release's question
@@ -505,7 +358,7 @@ fn waiting_actor_never_loses_a_signal() {
         unsafe {
             assert!(a.queue.try_acquire());
             match a.queue.pop() {
-                Pop::Data { node, retired, .. } => {
+                Pop::Data { node, retired } => {
                     assert!(retired.is_null());
                     assert_eq!(a.queue.pop(), Pop::Empty);
                     // The node taken is the dummy until now.

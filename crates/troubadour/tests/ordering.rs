@@ -170,8 +170,8 @@ fn fifo_between_actors() {
 
 /// A receiver that records what it handles, and waits at its first
 /// message until the test lets it go, so that everything sent meanwhile
-/// piles up in its mailbox (where a sender's tells of one type go into
-/// runs, `mailbox.rs` invariant 7).
+/// piles up in its mailbox: the case where a mailbox may batch a sender's
+/// messages (decision 0052), and where order and drops must still hold.
 struct Lagging {
     gate: Option<std::sync::mpsc::Receiver<()>>,
     seen: Vec<String>,
@@ -237,10 +237,9 @@ impl Handler<Seen> for Lagging {
 }
 
 /// One sender's messages to an actor that lags behind are handled in the
-/// order sent, whatever their types: long stretches of one type (more
-/// than a run holds), other types and asks between them, from two threads
-/// in turn (a sender's run is its thread's, and another thread's message
-/// behind it must not be overtaken by later appends).
+/// order sent, whatever their types: long stretches of one type, other
+/// types and asks between them, and another thread's messages between two
+/// stretches, which this thread's later messages must not overtake.
 #[test]
 fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
     let system = ActorSystem::builder().worker_threads(2).build();
@@ -301,9 +300,9 @@ fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
     system.shutdown(LIVENESS).unwrap();
 }
 
-/// Messages still queued when an actor stops (in runs, since the actor
-/// lagged) become dead letters, each dropped once: none handled after the
-/// stop, none lost from the count, none leaked.
+/// Messages still queued when an actor stops become dead letters, each
+/// dropped once: none handled after the stop, none lost from the count,
+/// none leaked.
 #[test]
 fn a_backlog_left_at_a_stop_is_dropped_as_dead_letters_once_each() {
     let system = ActorSystem::builder().worker_threads(2).build();

@@ -239,10 +239,7 @@ impl<A: Actor> ActorRef<A> {
     /// counter.tell(Add(1))?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    // `always`: since runs (decision 0052) the body is past what LLVM
-    // inlines by itself, and the call's register saves cost a ring hop
-    // more than everything runs added to it.
-    #[inline(always)]
+    #[inline]
     pub fn tell<M, K>(&self, msg: M) -> Result<(), SendError<M>>
     where
         M: Message,
@@ -252,7 +249,8 @@ impl<A: Actor> ActorRef<A> {
             return self.send_rare::<M, K>(msg, None, false);
         }
         let msg = self.take_permit(msg)?;
-        self.cell.enqueue_tell::<M, K>(msg);
+        // SAFETY: a fresh node for this actor type, given up here.
+        unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
         Ok(())
     }
 
@@ -297,7 +295,8 @@ impl<A: Actor> ActorRef<A> {
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
             }
-            self.cell.enqueue_tell::<M, K>(msg);
+            // SAFETY: a fresh node for this actor type, given up here.
+            unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
             Ok(())
         } else {
             self.tell(msg)

@@ -90,49 +90,15 @@
 //!    releasing thread never touches the queue (or the actor around it)
 //!    after the exchange that may hand the role on (decision 0050).
 //!
-//!
-//! # Runs (invariant 7)
-//!
-//! A node may be a *run*: room for several messages of one type from one
-//! sender, which the sender fills while the run is the queue's tail,
-//! instead of pushing a node per message (`envelope.rs` says when it makes
-//! one). A backlog then costs its messages' bytes and a header per run
-//! rather than a link and a function table per message, and draining it
-//! reads consecutive slots instead of a node per message strewn across the
-//! sender's slabs. Every name of a run (in `tail`, a `next`, `head`)
-//! carries [`RUN`]; its [`RunCounts`] hold how many messages were written
-//! (`count`, with [`CLOSED`]) and how many the consumer took.
-//!
-//! 7. Only the run's sender appends, and only while it finds the run at
-//!    the tail: it writes slot `count` and then raises `count` with a
-//!    `compare_exchange`, which fails once the run is closed (the slot was
-//!    never read; the message goes in a node of its own). The consumer
-//!    closes a run, with a `compare_exchange` that fails if an append came
-//!    first, before it moves past the run and before any release lets the
-//!    role go while the run is the tail. So a run at the tail is open only
-//!    while someone holds the role, an append never needs to take it, and
-//!    an append lands either before the consumer's close (and is taken
-//!    before anything behind the run) or not at all. Order: an append is
-//!    placed at the moment its sender read the run as the tail, before
-//!    every push whose `swap` displaced the run from there (each such push
-//!    started later than that read); a sender's own messages follow one
-//!    another, since each goes into the tail it finds or behind it.
-//!    A run's memory stays in place while its sender appends: the sender
-//!    looks inside a node only if it lies in a slab of its own that it
-//!    has not sealed (`nodes.rs`), which nobody frees or reuses.
-//!
 //! The single-consumer rule is enforced outside this module: only the thread
 //! holding the role calls `pop` (see `cell.rs`).
 
-use crate::primitives::sync::{AtomicPtr, AtomicU32, Ordering};
+use crate::primitives::sync::{AtomicPtr, Ordering};
 use std::ptr;
 
 /// The link at the start of every queued node (`#[repr(C)]` structs put it
 /// first so a node pointer and its link pointer are the same address).
-/// Aligned to 8 so a node's address leaves three low bits for marks (two
-/// in `tail`, [`IDLE`] and [`PENDING`], and [`RUN`] wherever a node is
-/// named), on 32-bit targets too.
-#[repr(C, align(8))]
+#[repr(C)]
 pub struct Link {
     next: AtomicPtr<Link>,
 }
@@ -151,12 +117,9 @@ pub enum Pop {
     /// The oldest message's node. Its message is the caller's to take; its
     /// memory stays the queue's (it is the new dummy) until a later pop or
     /// release retires it. `retired` is the old dummy, now the caller's to
-    /// free once it strips the queue's mark ([`retired_node`]); null when
-    /// that was the stub. `slot` says which of a run's messages this is
-    /// (invariant 7); 0 for a node of one message.
+    /// free; null when that was the stub.
     Data {
         node: *mut Link,
-        slot: u32,
         retired: *mut Link,
     },
     Empty,
@@ -171,65 +134,6 @@ const IDLE: usize = 1;
 /// Bit 1 of `tail`: input was offered while the role was held
 /// (invariant 6). Never set together with `IDLE`.
 const PENDING: usize = 2;
-/// Bit 2 of a node's address wherever the queue keeps it (`tail`, a
-/// `next`, `head`): the node is a run (invariant 7).
-const RUN: usize = 4;
-/// Bit 31 of a run's count: the run takes no more messages.
-const CLOSED: u32 = 1 << 31;
-
-/// Where a run node keeps its [`RunCounts`]: after its [`Link`] and one
-/// word of the envelope's own (its function table).
-pub const RUN_COUNTS_AT: usize = 2 * std::mem::size_of::<usize>();
-
-/// The two counts of a run (invariant 7), at [`RUN_COUNTS_AT`] in its
-/// node.
-#[repr(C)]
-pub struct RunCounts {
-    /// Messages written into the run, and [`CLOSED`].
-    count: AtomicU32,
-    /// Consumer-only (`Relaxed`, as `head`): messages taken, as of the last
-    /// time a [`Consumer`] put its count back. A run is born with its first
-    /// message, which the consumer takes as it arrives at the run.
-    taken: AtomicU32,
-}
-
-impl RunCounts {
-    /// The counts of a run holding its first message.
-    pub fn new() -> Self {
-        RunCounts {
-            count: AtomicU32::new(1),
-            taken: AtomicU32::new(1),
-        }
-    }
-}
-
-impl Default for RunCounts {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// The counts of the run node `run` (address unmarked).
-///
-/// # Safety
-/// `run` is a live run node, or one in its sender's open slab
-/// (`nodes.rs`), whose memory stays in place even once retired.
-#[inline]
-unsafe fn counts<'a>(run: *mut Link) -> &'a RunCounts {
-    // SAFETY: run nodes keep their counts at this offset (contract).
-    unsafe { &*(run.cast::<u8>().add(RUN_COUNTS_AT).cast::<RunCounts>()) }
-}
-
-/// What a sender finds at the tail of a queue: [`Queue::tail_for_sender`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Tail {
-    /// The stub, or nobody holds the role: nothing to append to.
-    Nothing,
-    /// A node of one message.
-    Node(*mut Link),
-    /// A run (invariant 7).
-    Run(*mut Link),
-}
 
 #[inline]
 fn is_idle(tail: *mut Link) -> bool {
@@ -239,73 +143,6 @@ fn is_idle(tail: *mut Link) -> bool {
 #[inline]
 fn unmarked(tail: *mut Link) -> *mut Link {
     tail.map_addr(|a| a & !(IDLE | PENDING))
-}
-
-#[inline]
-fn is_run(p: *mut Link) -> bool {
-    p.addr() & RUN != 0
-}
-
-/// Closes the run at the tail before a release lets the role go
-/// (invariant 7), so that an append either came first, and is seen here,
-/// or fails and becomes a push, which finds the role free. Returns whether
-/// the queue is empty, or `None` if a message in the run waits and the
-/// role is to be kept (unless `even_if_queued`). Out of line, as
-/// [`Consumer::pop_from_run`].
-///
-/// # Safety
-/// `run` is the tail, live; `at_head`: it is the dummy too.
-#[cold]
-#[inline(never)]
-unsafe fn close_tail_run(run: *mut Link, at_head: bool, even_if_queued: bool) -> Option<bool> {
-    // SAFETY: contract.
-    let counts = unsafe { counts(run) };
-    let mut empty = at_head;
-    let mut now = counts.count.load(Ordering::Acquire);
-    loop {
-        // At the head, the run holds messages not taken yet.
-        if empty && now & !CLOSED != counts.taken.load(Ordering::Relaxed) {
-            empty = false;
-            if !even_if_queued {
-                return None;
-            }
-        }
-        if now & CLOSED != 0 {
-            return Some(empty);
-        }
-        match counts
-            .count
-            .compare_exchange(now, now | CLOSED, Ordering::AcqRel, Ordering::Acquire)
-        {
-            Ok(_) => return Some(empty),
-            Err(appended) => now = appended,
-        }
-    }
-}
-
-/// A value of `tail` as a sender sees it ([`Queue::tail_for_sender`]).
-#[inline]
-fn name_for_sender(tail: *mut Link) -> Tail {
-    if is_idle(tail) || address(tail).is_null() {
-        Tail::Nothing
-    } else if is_run(tail) {
-        Tail::Run(address(tail))
-    } else {
-        Tail::Node(address(tail))
-    }
-}
-
-/// The node a `retired` of [`Pop::Data`] names (which keeps [`RUN`], so
-/// that [`Consumer::unpop`] can put it back as it was named).
-#[inline]
-pub fn retired_node(retired: *mut Link) -> *mut Link {
-    address(retired)
-}
-
-/// A node's address, every mark stripped.
-#[inline]
-fn address(p: *mut Link) -> *mut Link {
-    p.map_addr(|a| a & !(IDLE | PENDING | RUN))
 }
 
 /// `tail` last: see the layout note on the actor cell.
@@ -339,11 +176,11 @@ impl Queue {
         &self.stub as *const Link as *mut Link
     }
 
-    /// The node a `tail`, `next` or `head` value stands for: the marks
-    /// stripped, null for the stub.
+    /// The node a `tail` value stands for: the mark stripped, null for
+    /// the stub.
     #[inline]
     fn resolve(&self, p: *mut Link) -> *mut Link {
-        let p = address(p);
+        let p = unmarked(p);
         if p.is_null() {
             self.stub()
         } else {
@@ -361,103 +198,17 @@ impl Queue {
     #[inline]
     #[must_use = "a push that takes the consumer role must run the actor or hand it on"]
     pub unsafe fn push(&self, node: *mut Link) -> bool {
-        // SAFETY: the contract is ours.
-        is_idle(unsafe { self.push_named(node, node) })
-    }
-
-    /// As [`push`](Self::push), also saying what the push displaced from
-    /// the tail, as [`tail_for_sender`](Self::tail_for_sender) would have
-    /// named it: a sender that finds its own last message there learns
-    /// that its messages wait (invariant 7), without a load of `tail` of
-    /// its own.
-    ///
-    /// # Safety
-    /// As for [`push`](Self::push).
-    #[inline]
-    #[must_use = "a push that takes the consumer role must run the actor or hand it on"]
-    pub unsafe fn push_and_see(&self, node: *mut Link) -> (bool, Tail) {
-        // SAFETY: the contract is ours.
-        let prev = unsafe { self.push_named(node, node) };
-        (is_idle(prev), name_for_sender(prev))
-    }
-
-    /// As [`push`](Self::push), for a run node (invariant 7): a node that
-    /// starts with a [`Link`], one word of the caller's and [`RunCounts`]
-    /// (at [`RUN_COUNTS_AT`]) made with [`RunCounts::new`], its first
-    /// message written.
-    ///
-    /// # Safety
-    /// As for [`push`](Self::push), and `node` is such a run.
-    #[inline]
-    #[must_use = "a push that takes the consumer role must run the actor or hand it on"]
-    pub unsafe fn push_run(&self, node: *mut Link) -> bool {
-        // SAFETY: the contract is ours.
-        is_idle(unsafe { self.push_named(node, node.map_addr(|a| a | RUN)) })
-    }
-
-    /// Returns the `tail` it replaced.
-    ///
-    /// # Safety
-    /// As for [`push`](Self::push); `named` is `node` with its marks.
-    #[inline]
-    unsafe fn push_named(&self, node: *mut Link, named: *mut Link) -> *mut Link {
         // SAFETY: `node` is valid and ours (contract).
         unsafe { (*node).next.store(ptr::null_mut(), Ordering::Relaxed) };
         // SeqCst: the role's hand-over relies on it (invariant 6).
-        let prev = self.tail.swap(named, Ordering::SeqCst);
+        let prev = self.tail.swap(node, Ordering::SeqCst);
         // Publishing the link is the second step; between the two the queue
         // is "inconsistent" (invariant 1).
         // SAFETY: `prev` was the tail: the stub (part of the queue, which
         // does not move) or a node still allocated until `pop` returns it,
         // which cannot happen before this store links it (invariant 2).
-        unsafe { (*self.resolve(prev)).next.store(named, Ordering::Release) };
-        prev
-    }
-
-    /// The tail, for a sender that may append to a run of its own there
-    /// (invariant 7). It may be out of date at once: a run found here is
-    /// only worth trying ([`append_to`](Self::append_to) says whether it
-    /// took the message), and a node found here may be retired already, so
-    /// the caller looks inside only at nodes whose memory it knows to be in
-    /// place (its own open slabs, `nodes.rs`).
-    #[inline]
-    pub fn tail_for_sender(&self) -> Tail {
-        name_for_sender(self.tail.load(Ordering::Relaxed))
-    }
-
-    /// How many messages the run `run` holds, if it takes more (not
-    /// closed). For the run's sender, before it writes message number
-    /// `count` into the run's slot of that number.
-    ///
-    /// # Safety
-    /// `run` is a run node in the caller's own open slab (`nodes.rs`), so
-    /// its memory is in place even if the queue retired it.
-    #[inline]
-    pub unsafe fn open_count(run: *mut Link) -> Option<u32> {
-        // SAFETY: contract.
-        let count = unsafe { counts(run) }.count.load(Ordering::Relaxed);
-        (count & CLOSED == 0).then_some(count)
-    }
-
-    /// Publishes the message the caller wrote into slot `count` of `run`,
-    /// where [`open_count`](Self::open_count) said `count`: `true` if the
-    /// run took it. `false`: the consumer closed the run meanwhile, the
-    /// slot was never read and its message is the caller's again (push it
-    /// in a node of its own). An append takes no consumer role: a run at
-    /// the tail is open only while someone holds it (invariant 7).
-    ///
-    /// # Safety
-    /// As for [`open_count`](Self::open_count); the caller is the run's
-    /// sender (only it appends to it).
-    #[inline]
-    pub unsafe fn append_to(run: *mut Link, count: u32) -> bool {
-        // Release: the slot's message is visible to the consumer's
-        // acquiring load of the count.
-        // SAFETY: contract.
-        unsafe { counts(run) }
-            .count
-            .compare_exchange(count, count + 1, Ordering::Release, Ordering::Relaxed)
-            .is_ok()
+        unsafe { (*self.resolve(prev)).next.store(node, Ordering::Release) };
+        is_idle(prev)
     }
 
     /// Takes the consumer role if nobody holds it; `true` if the caller
@@ -508,8 +259,7 @@ impl Queue {
         mut input_waiting: impl FnMut() -> bool,
     ) -> Release {
         let stub = self.stub();
-        let named_head = self.head.load(Ordering::Relaxed);
-        let head = self.resolve(named_head);
+        let head = self.dummy();
         // The holder's view: not `IDLE` (invariant 4). `Acquire`: see the
         // input of an offer whose mark a push replaced (invariant 6).
         let mut tail = self.tail.load(Ordering::Acquire);
@@ -535,19 +285,10 @@ impl Queue {
                     }
                 }
             }
-            let last = self.resolve(tail);
-            if last != head && !even_if_queued {
+            let empty = self.resolve(tail) == head;
+            if !empty && !even_if_queued {
                 return Release::Kept;
             }
-            let empty = if is_run(tail) {
-                // SAFETY: the tail is live: only we retire nodes.
-                match unsafe { close_tail_run(last, last == head, even_if_queued) } {
-                    Some(empty) => empty,
-                    None => return Release::Kept,
-                }
-            } else {
-                last == head
-            };
             if input_waiting() {
                 return Release::Kept;
             }
@@ -579,7 +320,7 @@ impl Queue {
                 // back in place.
                 Err(now) => {
                     if retire {
-                        self.head.store(named_head, Ordering::Relaxed);
+                        self.head.store(head, Ordering::Relaxed);
                     }
                     tail = now;
                 }
@@ -616,50 +357,61 @@ impl Queue {
         is_idle(self.tail.load(Ordering::SeqCst))
     }
 
-    /// Takes the oldest message.
+    /// Takes the oldest node.
     ///
     /// # Safety
     /// Only one thread at a time may call `pop` (the actor's consumer), and
     /// not while a [`Consumer`] of this queue is alive.
     pub unsafe fn pop(&self) -> Pop {
-        // SAFETY: we are the only consumer (contract); the consumer puts
-        // its state back when it drops.
-        unsafe { self.consumer() }.pop()
+        let mut head = self.head.load(Ordering::Relaxed);
+        // SAFETY: we are the only consumer (contract).
+        let popped = unsafe { self.pop_from(&mut head) };
+        self.head.store(head, Ordering::Relaxed);
+        popped
     }
 
-    /// The consumer side for a run of pops: `head` (and what was taken of
-    /// a run there) stays in a register instead of being stored after
-    /// every pop. `head` shares a cache line with the producers' `tail`,
-    /// so a store per message would bounce that line between cores on
-    /// every message (padding them apart would cost more than the whole
-    /// actor is allowed to weigh).
+    /// The consumer side for a run of pops: `head` stays in a register
+    /// instead of being stored after every pop. `head` shares a cache line
+    /// with the producers' `tail`, so a store per message would bounce that
+    /// line between cores on every message (padding them apart would cost
+    /// more than the whole actor is allowed to weigh).
     ///
     /// # Safety
     /// As for [`pop`](Self::pop); the queue's `head` is written back when
     /// the `Consumer` drops (also when unwinding).
     pub unsafe fn consumer(&self) -> Consumer<'_> {
-        let head = self.head.load(Ordering::Relaxed);
-        let taken = if is_run(head) {
-            // SAFETY: the dummy is live until retired, which only the
-            // consumer does (contract).
-            unsafe { counts(address(head)) }
-                .taken
-                .load(Ordering::Relaxed)
-        } else {
-            0
-        };
         Consumer {
             queue: self,
-            head,
-            taken,
-            seen: taken,
+            head: self.head.load(Ordering::Relaxed),
         }
     }
 
-    /// Empty, or a producer is between its two steps: what a pop that
-    /// found no message after `head` reports.
+    /// Takes the oldest node, with the consumer's `head` in `head_slot`.
+    ///
+    /// # Safety
+    /// As for [`pop`](Self::pop); `head_slot` holds this queue's `head`.
     #[inline]
-    fn nothing_after(&self, head: *mut Link) -> Pop {
+    unsafe fn pop_from(&self, head_slot: &mut *mut Link) -> Pop {
+        let stub = self.stub();
+        // A stored stub address carries the provenance of whichever borrow
+        // of the queue stored it; use the one from `self` instead, so the
+        // owner's `&mut` (in the cell's `Drop`) is never bypassed. Miri's
+        // borrow checking holds us to this; the compiled code is the same.
+        let head = match *head_slot {
+            p if p.is_null() || p == stub => stub,
+            p => p,
+        };
+        // SAFETY: `head` is the stub or a taken node still in the list,
+        // allocated until retired (invariant 2), which only we do.
+        let next = unsafe { (*head).next.load(Ordering::Acquire) };
+        if !next.is_null() {
+            *head_slot = next;
+            let retired = if head == stub { ptr::null_mut() } else { head };
+            return Pop::Data {
+                node: next,
+                retired,
+            };
+        }
         if self.resolve(self.tail.load(Ordering::Acquire)) == head {
             Pop::Empty
         } else {
@@ -667,7 +419,7 @@ impl Queue {
         }
     }
 
-    /// How many messages are queued, counting at most `cap` (an observer's
+    /// How many nodes are queued, counting at most `cap` (an observer's
     /// sample of the mailbox's depth). Walks the links from `head` the way
     /// `pop` would, without taking anything; a node whose producer is still
     /// between its two steps (invariant 1) is not counted yet.
@@ -676,38 +428,20 @@ impl Queue {
     /// As for [`pop`](Self::pop): only the consumer calls it, and not while
     /// a [`Consumer`] of this queue is alive.
     pub unsafe fn count_up_to(&self, cap: u32) -> u32 {
-        let named = self.head.load(Ordering::Relaxed);
-        let mut node = self.resolve(named);
-        // SAFETY: the dummy, and the nodes its links lead to, are queued;
-        // only this consumer retires them (invariant 2).
-        let mut count = unsafe { self.waiting_in(named, None) };
+        let mut node = self.dummy();
+        let mut count = 0;
         while count < cap {
-            // SAFETY: as above.
+            // SAFETY: `node` is the dummy or a queued node, and the nodes its
+            // links lead to are queued too; only this consumer retires them
+            // (invariant 2).
             let next = unsafe { (*node).next.load(Ordering::Acquire) };
             if next.is_null() {
                 break;
             }
-            // SAFETY: as above.
-            count = count.saturating_add(unsafe { self.waiting_in(next, Some(0)) });
-            node = self.resolve(next);
+            count += 1;
+            node = next;
         }
-        count.min(cap)
-    }
-
-    /// The messages waiting in the node `named`: one for a node of one
-    /// message (none for the dummy: `taken` is `None` for the head), a
-    /// run's count less what was taken of it.
-    ///
-    /// # Safety
-    /// `named` is the head or a queued node; no `Consumer` is alive.
-    unsafe fn waiting_in(&self, named: *mut Link, taken: Option<u32>) -> u32 {
-        if !is_run(named) {
-            return u32::from(taken.is_some());
-        }
-        // SAFETY: a live run (contract).
-        let counts = unsafe { counts(address(named)) };
-        let taken = taken.unwrap_or_else(|| counts.taken.load(Ordering::Relaxed));
-        (counts.count.load(Ordering::Acquire) & !CLOSED).saturating_sub(taken)
+        count
     }
 
     /// True when no message is queued or being pushed (invariant 3).
@@ -717,10 +451,7 @@ impl Queue {
     /// [`Consumer`] of this queue is alive.
     #[inline]
     pub unsafe fn looks_empty(&self) -> bool {
-        let named = self.head.load(Ordering::Relaxed);
-        // SAFETY: contract.
-        self.resolve(self.tail.load(Ordering::SeqCst)) == self.resolve(named)
-            && unsafe { self.waiting_in(named, None) } == 0
+        self.resolve(self.tail.load(Ordering::SeqCst)) == self.dummy()
     }
 }
 
@@ -737,164 +468,41 @@ pub enum Release {
 /// A run of pops by the consumer; see [`Queue::consumer`].
 pub struct Consumer<'a> {
     queue: &'a Queue,
-    /// The dummy, as the queue names it (with [`RUN`] for a run).
     head: *mut Link,
-    /// Messages taken of the run at `head` (unused for other nodes): put
-    /// back into the run when the `Consumer` drops, not written there per
-    /// message, because the run's sender writes `count` on that cache
-    /// line meanwhile.
-    taken: u32,
-    /// The run's count as last read: messages below it are known to be
-    /// written, so the consumer reads the count (the line its sender's
-    /// appends write) once per batch, not per message.
-    seen: u32,
 }
 
 impl Consumer<'_> {
-    /// Takes the oldest message.
+    /// Takes the oldest node.
     #[inline]
     pub fn pop(&mut self) -> Pop {
-        let queue = self.queue;
-        let stub = queue.stub();
-        // A stored stub address carries the provenance of whichever borrow
-        // of the queue stored it; use the one from `self` instead, so the
-        // owner's `&mut` (in the cell's `Drop`) is never bypassed. Miri's
-        // borrow checking holds us to this; the compiled code is the same.
-        let head = match self.head {
-            p if p.is_null() || p == stub => stub,
-            p => p,
-        };
-        if is_run(head) {
-            return self.pop_from_run();
-        }
-        // SAFETY: `head` is the stub or a taken node still in the list,
-        // allocated until retired (invariant 2), which only we do.
-        let next = unsafe { (*head).next.load(Ordering::Acquire) };
-        if next.is_null() {
-            return queue.nothing_after(head);
-        }
-        self.move_on(head, next)
+        // SAFETY: creating the `Consumer` required being the only consumer.
+        unsafe { self.queue.pop_from(&mut self.head) }
     }
 
-    /// [`pop`](Self::pop) with a run at the head. Out of line: the turn's
-    /// loop, where `pop` is inlined, stays as small as before runs for the
-    /// nodes of one message it mostly pops.
-    #[inline(never)]
-    fn pop_from_run(&mut self) -> Pop {
-        let head = address(self.head);
-        if self.taken < self.seen {
-            return self.take_from_run(head);
-        }
-        // SAFETY: the dummy is live until retired, which only we do
-        // (creating the `Consumer` required being the only consumer).
-        let counts = unsafe { counts(head) };
-        let now = counts.count.load(Ordering::Acquire);
-        self.seen = now & !CLOSED;
-        if self.taken < self.seen {
-            return self.take_from_run(head);
-        }
-        // SAFETY: as above.
-        let next = unsafe { (*head).next.load(Ordering::Acquire) };
-        if next.is_null() {
-            // The run stays open: its sender may add to it while it is
-            // the tail.
-            return self.queue.nothing_after(head);
-        }
-        // Moving on: the run must take no more (invariant 7). An append
-        // that came first is taken instead.
-        if now & CLOSED == 0
-            && counts
-                .count
-                .compare_exchange(now, now | CLOSED, Ordering::Acquire, Ordering::Acquire)
-                .is_err()
-        {
-            self.seen = counts.count.load(Ordering::Acquire) & !CLOSED;
-            return self.take_from_run(head);
-        }
-        self.move_on(self.head, next)
-    }
-
-    /// The next message of the run `head` at the head, which holds one
-    /// more.
-    #[inline]
-    fn take_from_run(&mut self, head: *mut Link) -> Pop {
-        let slot = self.taken;
-        self.taken += 1;
-        Pop::Data {
-            node: head,
-            slot,
-            retired: ptr::null_mut(),
-        }
-    }
-
-    /// The node after the dummy `head` (as the queue names it, or the
-    /// stub) becomes the dummy; its first message is handed out and
-    /// `head` retired.
-    #[inline]
-    fn move_on(&mut self, head: *mut Link, next: *mut Link) -> Pop {
-        self.head = next;
-        // A run's first message is taken on arrival.
-        self.taken = 1;
-        self.seen = 1;
-        let retired = if head == self.queue.stub() {
-            ptr::null_mut()
-        } else {
-            head
-        };
-        // A run's first message is taken on arrival (`RunCounts::new`).
-        Pop::Data {
-            node: address(next),
-            slot: 0,
-            retired,
-        }
-    }
-
-    /// Puts back the message the last pop took: it is the oldest again,
-    /// and, if that pop moved on to its node, that pop's `retired` the
-    /// dummy again. For a consumer that must see to something else before
-    /// the message (a signal sent before it). The old dummy is still
-    /// linked to the node (only a producer writes a `next`, and only the
-    /// tail's), and nothing but this consumer moves `head` or retires
-    /// nodes (invariant 2); a run the pop moved past stays closed, all its
-    /// messages taken.
+    /// Puts back the node the last pop took: it is the oldest again, and
+    /// that pop's `retired` the dummy again. For a consumer that must see
+    /// to something else before the message (a signal sent before it).
+    /// The old dummy is still linked to the node (only a producer writes a
+    /// `next`, and only the tail's), and nothing but this consumer moves
+    /// `head` or retires nodes (invariant 2).
     ///
     /// # Safety
-    /// `slot` and `retired` are what the last [`pop`](Self::pop) of this
-    /// consumer returned with [`Pop::Data`]; its message has not been
-    /// taken and `retired` has not been freed.
+    /// `retired` is what the last [`pop`](Self::pop) of this consumer
+    /// returned with [`Pop::Data`]; its node's message has not been taken
+    /// and `retired` has not been freed.
     #[inline]
-    pub unsafe fn unpop(&mut self, slot: u32, retired: *mut Link) {
-        if slot > 0 {
-            self.taken = slot;
+    pub unsafe fn unpop(&mut self, retired: *mut Link) {
+        self.head = if retired.is_null() {
+            self.queue.stub()
         } else {
-            self.head = if retired.is_null() {
-                self.queue.stub()
-            } else {
-                retired
-            };
-            if is_run(retired) {
-                // Passed, so closed with every message taken.
-                // SAFETY: not freed yet (contract).
-                let count = unsafe { counts(address(retired)) }
-                    .count
-                    .load(Ordering::Relaxed);
-                self.taken = count & !CLOSED;
-                self.seen = self.taken;
-            }
-        }
+            retired
+        };
     }
 }
 
 impl Drop for Consumer<'_> {
     fn drop(&mut self) {
         self.queue.head.store(self.head, Ordering::Relaxed);
-        if is_run(self.head) {
-            // SAFETY: the dummy is live until retired, which only the
-            // consumer does.
-            unsafe { counts(address(self.head)) }
-                .taken
-                .store(self.taken, Ordering::Relaxed);
-        }
     }
 }
 
@@ -1022,7 +630,7 @@ mod tests {
         // SAFETY: contract.
         unsafe {
             match q.pop() {
-                Pop::Data { node, retired, .. } => {
+                Pop::Data { node, retired } => {
                     free(retired);
                     Ok((*(node as *mut Node)).value)
                 }
@@ -1102,17 +710,16 @@ mod tests {
                 assert!(!q.push(node(i)));
             }
             let mut c = q.consumer();
-            let Pop::Data { retired, slot, .. } = c.pop() else {
+            let Pop::Data { retired, .. } = c.pop() else {
                 panic!("a node is queued")
             };
             assert!(retired.is_null(), "the first pop leaves the stub");
-            c.unpop(slot, retired);
+            c.unpop(retired);
             drop(c);
             assert_eq!(pop_value(&q), Ok(0), "put back behind the stub");
             let mut c = q.consumer();
             let Pop::Data {
                 node: taken,
-                slot,
                 retired,
             } = c.pop()
             else {
@@ -1120,7 +727,7 @@ mod tests {
             };
             assert_eq!((*(taken as *mut Node)).value, 1);
             assert!(!retired.is_null(), "behind a taken node");
-            c.unpop(slot, retired);
+            c.unpop(retired);
             drop(c);
             assert_eq!(q.count_up_to(10), 2, "both still queued");
             assert!(!release(&q, false), "not empty: the role is kept");
@@ -1265,349 +872,6 @@ mod tests {
             }
             assert_eq!(seen, vec![0, 1, 2, 3, 4]);
             assert!(s.looks_empty());
-        }
-    }
-
-    /// Nodes for the run tests (invariant 7): `kind` stands where an
-    /// envelope's vtable would, 0 for a node of one message, 1 for a run.
-    mod runs {
-        use super::super::*;
-        use std::cell::UnsafeCell;
-
-        #[repr(C)]
-        struct One {
-            link: Link,
-            kind: usize,
-            value: u64,
-        }
-
-        #[repr(C)]
-        struct Run {
-            link: Link,
-            kind: usize,
-            counts: RunCounts,
-            slots: [UnsafeCell<u64>; 4],
-        }
-
-        pub(super) fn one(value: u64) -> *mut Link {
-            Box::into_raw(Box::new(One {
-                link: Link::new(),
-                kind: 0,
-                value,
-            })) as *mut Link
-        }
-
-        pub(super) fn run(value: u64) -> *mut Link {
-            assert_eq!(std::mem::offset_of!(Run, counts), RUN_COUNTS_AT);
-            Box::into_raw(Box::new(Run {
-                link: Link::new(),
-                kind: 1,
-                counts: RunCounts::new(),
-                slots: [
-                    UnsafeCell::new(value),
-                    UnsafeCell::new(0),
-                    UnsafeCell::new(0),
-                    UnsafeCell::new(0),
-                ],
-            })) as *mut Link
-        }
-
-        /// As a sender appends: `true` if the run took `value`.
-        ///
-        /// # Safety
-        /// `r` came from [`run`], is not freed, and this thread is its
-        /// only sender.
-        pub(super) unsafe fn append(r: *mut Link, value: u64) -> bool {
-            // SAFETY: contract.
-            unsafe {
-                match Queue::open_count(r) {
-                    Some(count) if count < 4 => {
-                        *(*(r as *mut Run)).slots[count as usize].get() = value;
-                        Queue::append_to(r, count)
-                    }
-                    _ => false,
-                }
-            }
-        }
-
-        /// The value of the message a pop handed out.
-        ///
-        /// # Safety
-        /// `node` and `slot` come from a [`Pop::Data`] of nodes made here.
-        pub(super) unsafe fn value(node: *mut Link, slot: u32) -> u64 {
-            // SAFETY: contract; `kind` says which node it is.
-            unsafe {
-                if (*(node as *mut One)).kind == 0 {
-                    (*(node as *mut One)).value
-                } else {
-                    *(*(node as *mut Run)).slots[slot as usize].get()
-                }
-            }
-        }
-
-        /// Frees a node made here (null: nothing).
-        ///
-        /// # Safety
-        /// As for [`value`]; nobody uses `p` afterwards.
-        pub(super) unsafe fn free(p: *mut Link) {
-            // SAFETY: contract.
-            unsafe {
-                if p.is_null() {
-                } else if (*(p as *mut One)).kind == 0 {
-                    drop(Box::from_raw(p as *mut One));
-                } else {
-                    drop(Box::from_raw(p as *mut Run));
-                }
-            }
-        }
-    }
-
-    /// Pops the next value; retired nodes wait in `retired` to be freed at
-    /// the end, as a sender's open slab keeps a run's memory in place
-    /// while the sender may still look at it.
-    ///
-    /// # Safety
-    /// The caller is the only consumer; every node came from `runs`.
-    unsafe fn take(q: &Queue, retired: &mut Vec<*mut Link>) -> Option<u64> {
-        // SAFETY: contract.
-        unsafe {
-            match q.pop() {
-                Pop::Data {
-                    node,
-                    slot,
-                    retired: r,
-                } => {
-                    retired.push(retired_node(r));
-                    Some(runs::value(node, slot))
-                }
-                _ => None,
-            }
-        }
-    }
-
-    /// Frees what a run test leaves: its queued messages, its dummy and
-    /// the retired nodes.
-    ///
-    /// # Safety
-    /// The queue is not used afterwards; every node came from `runs`.
-    unsafe fn empty_runs(q: &Queue, mut retired: Vec<*mut Link>) {
-        // SAFETY: contract.
-        unsafe {
-            while take(q, &mut retired).is_some() {}
-            retired.push(q.take_dummy());
-            for r in retired {
-                runs::free(r);
-            }
-        }
-    }
-
-    #[test]
-    fn a_run_hands_out_its_messages_in_order_and_is_closed_once_passed() {
-        let q = Queue::new();
-        let mut retired = vec![];
-        // SAFETY: one thread, the only consumer and the runs' sender;
-        // nodes are freed once, at the end.
-        unsafe {
-            let r = runs::run(0);
-            assert!(!q.push_run(r), "the creator holds the role");
-            assert_eq!(q.tail_for_sender(), Tail::Run(r));
-            assert!(runs::append(r, 1));
-            assert_eq!(q.count_up_to(10), 2);
-            assert_eq!(take(&q, &mut retired), Some(0));
-            assert!(
-                runs::append(r, 2),
-                "a run at the tail takes more while its messages are taken"
-            );
-            assert_eq!(q.count_up_to(10), 2);
-            assert_eq!(take(&q, &mut retired), Some(1));
-            assert_eq!(take(&q, &mut retired), Some(2));
-            assert_eq!(q.pop(), Pop::Empty);
-            assert!(q.looks_empty());
-            assert!(runs::append(r, 3), "still the tail, still open");
-            assert!(!q.looks_empty());
-            assert!(!q.push(runs::one(4)));
-            assert_eq!(
-                q.tail_for_sender(),
-                Tail::Node(address(q.tail.load(Ordering::Relaxed)))
-            );
-            assert_eq!(take(&q, &mut retired), Some(3));
-            assert_eq!(Queue::open_count(r), Some(4), "not passed yet");
-            assert_eq!(take(&q, &mut retired), Some(4));
-            assert_eq!(Queue::open_count(r), None, "passed: closed");
-            assert!(!runs::append(r, 5), "a closed run takes nothing");
-            assert_eq!(q.pop(), Pop::Empty);
-            empty_runs(&q, retired);
-        }
-    }
-
-    #[test]
-    fn letting_the_role_go_closes_the_run_at_the_tail() {
-        let q = Queue::new();
-        let mut retired = vec![];
-        // SAFETY: as in the test above.
-        unsafe {
-            // Empty behind the run: released, and the run retired.
-            let r = runs::run(0);
-            assert!(!q.push_run(r));
-            assert_eq!(take(&q, &mut retired), Some(0));
-            match q.release(false, || false) {
-                Release::Released { retired: gone } => {
-                    assert_eq!(gone, r);
-                    retired.push(gone);
-                }
-                Release::Kept => panic!("an empty queue's holder lets go"),
-            }
-            assert_eq!(q.tail_for_sender(), Tail::Nothing);
-            assert!(!runs::append(r, 1), "closed by the release");
-            assert!(q.push(runs::one(1)), "the push instead takes the role");
-            assert_eq!(take(&q, &mut retired), Some(1));
-            // A message appended before the release keeps the role.
-            let r = runs::run(2);
-            assert!(!q.push_run(r));
-            assert_eq!(take(&q, &mut retired), Some(2));
-            assert!(runs::append(r, 3));
-            assert_eq!(q.release(false, || false), Release::Kept);
-            assert_eq!(take(&q, &mut retired), Some(3));
-            // A waiting actor lets go with the run's messages queued, and
-            // the run takes no more: the next message is a push, which
-            // takes the role.
-            assert!(runs::append(r, 4));
-            assert_eq!(
-                q.release(true, || false),
-                Release::Released {
-                    retired: ptr::null_mut()
-                }
-            );
-            assert!(!runs::append(r, 5));
-            assert!(q.push(runs::one(5)));
-            assert_eq!(take(&q, &mut retired), Some(4));
-            assert_eq!(take(&q, &mut retired), Some(5));
-            assert!(!runs::append(r, 6));
-            empty_runs(&q, retired);
-        }
-    }
-
-    #[test]
-    fn a_message_put_back_comes_again_from_its_run() {
-        let q = Queue::new();
-        let mut retired = vec![];
-        // SAFETY: as in the tests above; each `unpop` gets the last pop's
-        // `slot` and `retired`, unfreed.
-        unsafe {
-            let r = runs::run(0);
-            assert!(!q.push_run(r));
-            assert!(runs::append(r, 1));
-            let mut c = q.consumer();
-            assert!(matches!(c.pop(), Pop::Data { slot: 0, .. }));
-            let Pop::Data {
-                slot,
-                retired: gone,
-                ..
-            } = c.pop()
-            else {
-                panic!("a message is queued")
-            };
-            assert_eq!((slot, gone), (1, ptr::null_mut()));
-            c.unpop(slot, gone);
-            drop(c);
-            assert_eq!(q.count_up_to(10), 1, "put back");
-            assert!(!q.push(runs::one(2)));
-            let mut c = q.consumer();
-            let Pop::Data {
-                node,
-                slot,
-                retired: gone,
-            } = c.pop()
-            else {
-                panic!("a message is queued")
-            };
-            assert_eq!(runs::value(node, slot), 1);
-            let Pop::Data {
-                node,
-                slot,
-                retired: gone2,
-            } = c.pop()
-            else {
-                panic!("a message is queued")
-            };
-            assert_eq!(
-                (runs::value(node, slot), retired_node(gone2)),
-                (2, r),
-                "past the run"
-            );
-            c.unpop(slot, gone2);
-            drop(c);
-            assert!(gone.is_null());
-            assert_eq!(q.count_up_to(10), 1);
-            assert_eq!(
-                take(&q, &mut retired),
-                Some(2),
-                "the node after the run, again"
-            );
-            assert_eq!(q.pop(), Pop::Empty);
-            empty_runs(&q, retired);
-        }
-    }
-
-    /// Many producers, each appending to its own run at the tail when it
-    /// finds one there, and one consumer: per-producer FIFO, no loss, no
-    /// duplication, whatever the interleaving of appends, pushes and the
-    /// consumer's closes.
-    #[test]
-    fn stress_many_producers_with_runs() {
-        use std::sync::Arc;
-        const PRODUCERS: u64 = 4;
-        const PER: u64 = 50_000;
-        let q = Arc::new(Queue::new());
-        let handles: Vec<_> = (0..PRODUCERS)
-            .map(|p| {
-                let q = q.clone();
-                std::thread::spawn(move || {
-                    let mut mine: *mut Link = ptr::null_mut();
-                    for i in 0..PER {
-                        let value = p << 32 | i;
-                        // SAFETY: `mine` is this thread's run, never freed
-                        // before the end; the consumer holds the role.
-                        unsafe {
-                            if !mine.is_null()
-                                && q.tail_for_sender() == Tail::Run(mine)
-                                && runs::append(mine, value)
-                            {
-                                continue;
-                            }
-                            if i % 3 == 0 {
-                                assert!(!q.push(runs::one(value)));
-                            } else {
-                                mine = runs::run(value);
-                                assert!(!q.push_run(mine));
-                            }
-                        }
-                    }
-                })
-            })
-            .collect();
-        let mut next = vec![0u64; PRODUCERS as usize];
-        let mut got = 0;
-        let mut retired = vec![];
-        while got < PRODUCERS * PER {
-            // SAFETY: this thread is the only consumer.
-            match unsafe { take(&q, &mut retired) } {
-                Some(v) => {
-                    let (p, i) = ((v >> 32) as usize, v & 0xffff_ffff);
-                    assert_eq!(i, next[p], "producer {p} out of order");
-                    next[p] += 1;
-                    got += 1;
-                }
-                None => std::thread::yield_now(),
-            }
-        }
-        for h in handles {
-            h.join().unwrap();
-        }
-        // SAFETY: the only consumer, and the producers are done.
-        unsafe {
-            assert_eq!(q.pop(), Pop::Empty);
-            empty_runs(&q, retired);
         }
     }
 

@@ -21,13 +21,6 @@
 //! slabs come from the system allocator; loom builds and non-Unix targets
 //! take slabs from mimalloc.
 //!
-//! A thread keeps its last slabs open (unsealed) after it moves on from
-//! them ([`OPEN`]), so that, as a sender, it may look again at nodes it
-//! carved there: its run at an actor's tail, to append to it
-//! (`mailbox.rs`, invariant 7). Open slabs are never freed, so that memory
-//! is in place even after the receiver freed the node; a worker seals them
-//! before it sleeps, any thread when it exits.
-//!
 //! # Invariants (the slab count)
 //!
 //! A slab's `live` starts at `BIAS`, far above any number of nodes a slab can
@@ -62,18 +55,9 @@ pub(crate) const SLAB: usize = 16 * 1024;
 const HEADER: usize = 64;
 /// Larger nodes are allocated alone (a slab holds at least 63 of these).
 const MAX_IN_SLAB: usize = 256;
-/// The largest run (`envelope.rs`), which is always carved from a slab (a
-/// slab holds at least 15).
-pub(crate) const MAX_RUN: usize = 1024;
 const MAX_ALIGN: usize = 64;
 /// Far above the number of nodes a slab can hold (see the invariants).
 const BIAS: usize = usize::MAX / 2;
-/// Slabs a thread keeps open (unsealed) after it moved on from them, so a
-/// sender can still look at its own nodes there: a run it may append to,
-/// or its last node to an actor, which shows that its messages pile up
-/// there (`envelope.rs`). 64 slabs (1 MiB) hold a run for each of about
-/// 2,000 receivers at once; a worker seals them when it goes to sleep.
-const OPEN: usize = 64;
 
 /// How a node is placed; fixed per message type, so the free side knows it
 /// from the same type without storing a flag.
@@ -219,30 +203,6 @@ struct ThreadNodes {
     /// Whether frees may wait for [`settle`] (set on worker threads, which
     /// settle whenever they run out of work); other threads settle at once.
     batching: Cell<bool>,
-    /// Earlier slabs not sealed yet, with the nodes carved from each,
-    /// placed by address ([`open_index`]); a slab whose place is taken is
-    /// sealed then. Their memory stays in place (a slab is freed only
-    /// once sealed), so this thread may read the nodes it carved there
-    /// even after their receivers freed them.
-    open: [Cell<(*mut SlabCount, usize)>; OPEN],
-    /// How many of `open` hold a slab.
-    open_n: Cell<usize>,
-    /// Whether a slab this thread moves on from is kept open
-    /// ([`keep_slabs_open`]).
-    keep_open: Cell<bool>,
-    /// The addresses of the last slabs this thread sealed, never followed:
-    /// only compared, by [`carved_here_lately`].
-    sealed: [Cell<usize>; SEALED_KEPT],
-    sealed_next: Cell<usize>,
-}
-
-/// Sealed slabs whose addresses a thread remembers.
-const SEALED_KEPT: usize = 4;
-
-/// Where an open slab is kept in [`ThreadNodes::open`].
-#[inline]
-fn open_index(slab: *mut SlabCount) -> usize {
-    (slab.addr() / SLAB) % OPEN
 }
 
 impl ThreadNodes {
@@ -254,38 +214,6 @@ impl ThreadNodes {
             pending: Cell::new(ptr::null_mut()),
             pending_n: Cell::new(0),
             batching: Cell::new(false),
-            open: [const { Cell::new((ptr::null_mut(), 0)) }; OPEN],
-            open_n: Cell::new(0),
-            keep_open: Cell::new(false),
-            sealed: [const { Cell::new(0) }; SEALED_KEPT],
-            sealed_next: Cell::new(0),
-        }
-    }
-
-    /// Whether `slab` is this thread's open slab or one of the last it
-    /// sealed (which may be freed and reused by now).
-    fn carved_lately(&self, slab: *mut SlabCount) -> bool {
-        self.is_open(slab) || self.sealed.iter().any(|s| s.get() == slab.addr())
-    }
-
-    /// Whether `slab` is one of this thread's slabs not sealed yet.
-    #[inline]
-    fn is_open(&self, slab: *mut SlabCount) -> bool {
-        !slab.is_null() && (slab == self.slab.get() || self.open[open_index(slab)].get().0 == slab)
-    }
-
-    /// Seals the earlier slabs kept open.
-    fn seal_open(&self) {
-        if self.open_n.replace(0) == 0 {
-            return;
-        }
-        for place in &self.open {
-            let (slab, carved) = place.replace((ptr::null_mut(), 0));
-            if !slab.is_null() {
-                // SAFETY: an open slab is live until sealed; this is its
-                // one seal.
-                unsafe { seal(slab, carved) };
-            }
         }
     }
 
@@ -310,43 +238,26 @@ impl ThreadNodes {
         let start = (HEADER + layout.align() - 1) & !(layout.align() - 1);
         self.next.set(start + layout.size());
         self.carved.set(1);
-        // SAFETY: a node of at most MAX_RUN bytes fits after the header.
+        // SAFETY: a node of at most MAX_IN_SLAB bytes fits after the header.
         unsafe { (self.slab.get() as *mut u8).add(start) }
     }
 
-    /// Keeps the current slab, if any, open (while asked to, else seals
-    /// it and every open one), and carves from a fresh one.
+    /// Seals the current slab, if any, and carves from a fresh one.
     fn start_slab(&self) {
-        if self.keep_open.get() {
-            let slab = self.slab.replace(ptr::null_mut());
-            if !slab.is_null() {
-                let place = &self.open[open_index(slab)];
-                let (old, carved) = place.replace((slab, self.carved.get()));
-                if old.is_null() {
-                    self.open_n.set(self.open_n.get() + 1);
-                } else {
-                    // SAFETY: an open slab is live until sealed; this is
-                    // its one seal.
-                    unsafe { seal(old, carved) };
-                }
-            }
-        } else {
-            self.seal_current();
-            self.seal_open();
-        }
+        self.seal_current();
         self.slab.set(new_slab());
         self.next.set(HEADER);
-        self.carved.set(0);
     }
 
     fn seal_current(&self) {
         let slab = self.slab.replace(ptr::null_mut());
         if !slab.is_null() {
-            let at = self.sealed_next.get();
-            self.sealed[at].set(slab.addr());
-            self.sealed_next.set((at + 1) % SEALED_KEPT);
             // SAFETY: the slab is live until sealed; this is its one seal.
-            unsafe { seal(slab, self.carved.get()) };
+            unsafe {
+                if (*slab).seal(self.carved.get()) {
+                    free_slab(slab);
+                }
+            }
         }
         self.next.set(SLAB);
         self.carved.set(0);
@@ -383,20 +294,6 @@ impl Drop for ThreadNodes {
     fn drop(&mut self) {
         self.settle();
         self.seal_current();
-        self.seal_open();
-    }
-}
-
-/// Seals `slab`, carved `carved` times, freeing it if that was its last use.
-///
-/// # Safety
-/// `slab` is live and not sealed yet; this is its one seal.
-unsafe fn seal(slab: *mut SlabCount, carved: usize) {
-    // SAFETY: contract.
-    unsafe {
-        if (*slab).seal(carved) {
-            free_slab(slab);
-        }
     }
 }
 
@@ -469,45 +366,12 @@ pub(crate) fn prepare_this_thread() {
     });
 }
 
-/// Seals the slabs this thread kept open, and hands the memory of freed
-/// slabs beyond what is kept for reuse back to the system
-/// (`slab_source.rs`); for a worker about to sleep.
+/// Hands the memory of freed slabs beyond what is kept for reuse back to
+/// the system (`slab_source.rs`); for a worker about to sleep.
 #[inline]
 pub(crate) fn purge_idle_slabs() {
-    let _ = NODES.try_with(|t| t.seal_open());
     #[cfg(all(unix, not(miri), not(loom)))]
     super::slab_source::purge_excess();
-}
-
-/// Whether the slabs this thread moves on from stay open (they are sealed
-/// once it is off again and moves on once more). Open slabs cost memory
-/// and cache: a thread that keeps none reuses the same few slabs, hot in
-/// its cache, while one that keeps 64 open cycles through a megabyte
-/// (ring hops took 1.16x as long with every slab kept open). So only a
-/// thread whose messages pile up somewhere keeps them (`envelope.rs`).
-#[inline]
-pub(crate) fn keep_slabs_open(on: bool) {
-    let _ = NODES.try_with(|t| t.keep_open.set(on));
-}
-
-/// Whether `p` lies in a slab this thread carved from lately: one still
-/// open, or one of the last few it sealed. A hint only, for a sender that
-/// wonders whether its messages pile up (`envelope.rs`): a sealed slab may
-/// have been freed and reused by another thread since, so nothing at `p`
-/// may be read on the strength of it.
-#[inline]
-pub(crate) fn carved_here_lately(p: *const u8) -> bool {
-    let slab = p.map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount;
-    NODES.try_with(|t| t.carved_lately(slab)).unwrap_or(false)
-}
-
-/// Whether `p` lies in a slab this thread carved it from and has not
-/// sealed: memory that stays in place, written by this thread, even if
-/// the node there was freed (its slab is freed only once sealed).
-#[inline]
-pub(crate) fn in_open_slab(p: *const u8) -> bool {
-    let slab = p.map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount;
-    NODES.try_with(|t| t.is_open(slab)).unwrap_or(false)
 }
 
 /// Lets this thread batch its frees until [`settle`]; for threads that run

@@ -364,35 +364,6 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// Enqueues a `tell` of `msg`, into this thread's run at the tail
-    /// when there is one for it (`envelope::tell_node`), and makes sure
-    /// someone will run the actor.
-    #[inline(always)]
-    pub(crate) fn enqueue_tell<M, K>(self: &Arc<Self>, msg: M)
-    where
-        M: crate::Message,
-        A: crate::runtime::envelope::Handles<M, K>,
-    {
-        use crate::runtime::envelope::Told;
-        let took_role = match crate::runtime::envelope::tell_node::<A, M, K>(&self.mailbox, msg) {
-            Told::Appended => return,
-            Told::One(env) => {
-                // SAFETY: a fresh node for this actor type, given up here;
-                // the cell is pinned in its Arc.
-                let (took_role, displaced) =
-                    unsafe { self.mailbox.push_and_see(Envelope::as_link(env)) };
-                crate::runtime::envelope::after_push::<A, M, K>(displaced);
-                took_role
-            }
-            // SAFETY: as above, a fresh run.
-            Told::Run(env) => unsafe { self.mailbox.push_run(Envelope::as_link(env)) },
-        };
-        if took_role {
-            // SAFETY: the push took the role.
-            unsafe { self.acquired() };
-        }
-    }
-
     pub(crate) fn send_signal(self: &Arc<Self>, signal: Signal) {
         if let Some(route) = self.route() {
             crate::runtime::remote::route_signal(route, self.id, signal);
@@ -462,11 +433,7 @@ impl<A: Actor> ActorCell<A> {
         if !retired.is_null() {
             // SAFETY: a node of this actor type whose message was taken
             // with `handle_queued` or `discard_queued` (contract).
-            unsafe {
-                Envelope::<A>::free_taken(Envelope::from_link(
-                    crate::primitives::mailbox::retired_node(retired),
-                ))
-            };
+            unsafe { Envelope::<A>::free_taken(Envelope::from_link(retired)) };
         }
     }
 
@@ -912,7 +879,7 @@ impl<A: Actor> ActorCell<A> {
                     if self.config.as_ref().is_some_and(|c| c.deadline.is_some())
                         && self.past_deadline(&ctx)
                     {
-                        return self.stop_at_deadline(env, None);
+                        return self.stop_at_deadline(env, false);
                     }
                     *left -= 1;
                     if !self.dispatch(env, &mut ctx) {
@@ -930,23 +897,18 @@ impl<A: Actor> ActorCell<A> {
                 let mut spins = 0u32;
                 loop {
                     let env = match consumer.pop() {
-                        Pop::Data {
-                            node,
-                            slot,
-                            retired,
-                        } => {
+                        Pop::Data { node, retired } => {
                             // A signal sent before this message (or while
                             // the last one was handled) comes first: looked
                             // for after the pop, whose acquire makes every
                             // signal sent before the message visible here.
                             if !self.signals.looks_empty() {
-                                // SAFETY: that pop's `slot` and `retired`,
-                                // untouched.
-                                consumer.unpop(slot, retired);
+                                // SAFETY: that pop's `retired`, untouched.
+                                consumer.unpop(retired);
                                 break;
                             }
                             Self::free_retired(retired);
-                            let env = (Envelope::from_link(node), slot);
+                            let env = Envelope::from_link(node);
                             if let Some(config) = config {
                                 if let Some(bound) = &config.bound {
                                     bound.free();
@@ -955,7 +917,7 @@ impl<A: Actor> ActorCell<A> {
                                 // more (`deadline.rs`).
                                 if config.deadline.is_some() && self.past_deadline(&ctx) {
                                     drop(consumer);
-                                    return self.stop_at_deadline(env.0, Some(slot));
+                                    return self.stop_at_deadline(env, true);
                                 }
                             }
                             env
@@ -972,7 +934,7 @@ impl<A: Actor> ActorCell<A> {
                         Pop::Inconsistent => return false,
                     };
                     *left -= 1;
-                    match Envelope::handle_queued(env.0, env.1, self.actor_mut(), &mut ctx) {
+                    match Envelope::handle_queued(env, self.actor_mut(), &mut ctx) {
                         Handled::Done => {}
                         Handled::Suspended(fut) => {
                             drop(consumer);
@@ -1019,20 +981,17 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the actor's consumer role, no mailbox run is open,
     /// the actor is running, and `env` is a live node built for this actor
-    /// type, owned by the caller, or, if `queued` (with the slot of its
-    /// message), just handed out by the mailbox (which keeps its memory).
+    /// type, owned by the caller, or, if `queued`, just handed out by the
+    /// mailbox (which keeps its memory).
     #[cold]
-    unsafe fn stop_at_deadline(
-        self: &Arc<Self>,
-        env: *mut Envelope<A>,
-        queued: Option<u32>,
-    ) -> bool {
+    unsafe fn stop_at_deadline(self: &Arc<Self>, env: *mut Envelope<A>, queued: bool) -> bool {
         // SAFETY: `env` is live and its message ours (this function's
         // contract); the rest of the contract is `begin_stop`'s.
         unsafe {
-            let name = match queued {
-                Some(slot) => Envelope::<A>::discard_queued(env, slot),
-                None => Envelope::<A>::discard(env),
+            let name = if queued {
+                Envelope::<A>::discard_queued(env)
+            } else {
+                Envelope::<A>::discard(env)
             };
             self.system.dead_letters.record(
                 self.id,
@@ -1394,14 +1353,9 @@ impl<A: Actor> Drop for ActorCell<A> {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();
             }
-            while let Pop::Data {
-                node,
-                slot,
-                retired,
-            } = self.mailbox.pop()
-            {
+            while let Pop::Data { node, retired } = self.mailbox.pop() {
                 Self::free_retired(retired);
-                let name = Envelope::<A>::discard_queued(Envelope::from_link(node), slot);
+                let name = Envelope::<A>::discard_queued(Envelope::from_link(node));
                 self.system.dead_letters.record(
                     self.id,
                     name,

@@ -12,7 +12,7 @@
 
 use crate::api::actor::{AsyncHandler, Handler, Message};
 use crate::api::context::Context;
-use crate::primitives::mailbox::{Link, Queue, RunCounts, Tail, RUN_COUNTS_AT};
+use crate::primitives::mailbox::Link;
 use crate::primitives::nodes::{self, Placement};
 use std::alloc::Layout;
 use std::any::TypeId;
@@ -36,19 +36,13 @@ pub(crate) enum Handled {
 }
 
 /// Functions of one `(actor, message)` pair. `handle` and `discard` take
-/// the message in the given slot out of the node (always 0 but in a run);
-/// with `keep` set they leave the node's memory to the mailbox, which
-/// still links it (`mailbox.rs`, invariant 2) and later gives it to
-/// `free`.
+/// the message out of the node; with `keep` set they leave the node's
+/// memory to the mailbox, which still links it (`mailbox.rs`, invariant 2)
+/// and later gives it to `free`.
 pub struct EnvelopeVTable<A: crate::Actor> {
-    pub(crate) handle: unsafe fn(*mut Envelope<A>, u32, &mut A, &mut Context<A>, bool) -> Handled,
-    pub(crate) discard: unsafe fn(*mut Envelope<A>, u32, bool) -> &'static str,
+    pub(crate) handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>, bool) -> Handled,
+    pub(crate) discard: unsafe fn(*mut Envelope<A>, bool) -> &'static str,
     pub(crate) free: unsafe fn(*mut Envelope<A>),
-    /// What the node is: one `TypeId` per actor, message, handler kind and
-    /// node shape. A sender compares it to find its own run of the same
-    /// message at a mailbox's tail ([`tell_node`]); unlike the table's
-    /// address, it cannot be shared by two kinds nor differ for one.
-    pub(crate) kind: fn() -> TypeId,
 }
 
 /// The type-erased head of every message node.
@@ -174,9 +168,6 @@ pub enum Awaiting {}
 ///     const VTABLE_ASK: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE_ASK;
 ///     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> =
 ///         <A as Handles<Big, Immediate>>::VTABLE_ASK_ALONE;
-///     const VTABLE_RUN: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE_RUN;
-///     const VTABLE_RUN_SMALL: &'static EnvelopeVTable<A> =
-///         <A as Handles<Big, Immediate>>::VTABLE_RUN_SMALL;
 /// }
 /// ```
 #[diagnostic::on_unimplemented(
@@ -196,12 +187,6 @@ pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
     /// For an `ask`'s node allocated alone.
     #[doc(hidden)]
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<Self>;
-    /// For a run of `tell`s (`mailbox.rs`, invariant 7).
-    #[doc(hidden)]
-    const VTABLE_RUN: &'static EnvelopeVTable<Self>;
-    /// For a sender's first, small run of `tell`s.
-    #[doc(hidden)]
-    const VTABLE_RUN_SMALL: &'static EnvelopeVTable<Self>;
 }
 
 /// The seal of [`Handles`]: a public trait in a private module, so no
@@ -213,42 +198,50 @@ mod sealed {
 impl<A: Handler<M>, M: Message> sealed::Sealed<M, Immediate> for A {}
 impl<A: AsyncHandler<M>, M: Message> sealed::Sealed<M, Awaiting> for A {}
 
-/// The table of one node shape `S` of `(A, M)`, handled by `handle`.
-macro_rules! vtable {
-    ($handle:ident, $kind:ty, $shape:ty) => {
-        &EnvelopeVTable {
-            handle: $handle::<A, M, $shape>,
-            discard: discard::<A, M, $shape>,
-            free: <$shape as Shape<A, M>>::free,
-            kind: TypeId::of::<(A, M, $kind, $shape)>,
-        }
+impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
+    const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, NoReply, false>,
+        discard: discard::<A, M, NoReply, false>,
+        free: free::<A, M, NoReply, false>,
+    };
+    const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, NoReply, true>,
+        discard: discard::<A, M, NoReply, true>,
+        free: free::<A, M, NoReply, true>,
+    };
+    const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, ReplyTo<M::Reply>, false>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+        free: free::<A, M, ReplyTo<M::Reply>, false>,
+    };
+    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_sync::<A, M, ReplyTo<M::Reply>, true>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, true>,
+        free: free::<A, M, ReplyTo<M::Reply>, true>,
     };
 }
 
-impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
-    const VTABLE: &'static EnvelopeVTable<A> = vtable!(handle_sync, Immediate, One<NoReply, false>);
-    const VTABLE_ALONE: &'static EnvelopeVTable<A> =
-        vtable!(handle_sync, Immediate, One<NoReply, true>);
-    const VTABLE_ASK: &'static EnvelopeVTable<A> =
-        vtable!(handle_sync, Immediate, One<ReplyTo<M::Reply>, false>);
-    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> =
-        vtable!(handle_sync, Immediate, One<ReplyTo<M::Reply>, true>);
-    const VTABLE_RUN: &'static EnvelopeVTable<A> = vtable!(handle_sync, Immediate, Run<true>);
-    const VTABLE_RUN_SMALL: &'static EnvelopeVTable<A> =
-        vtable!(handle_sync, Immediate, Run<false>);
-}
-
 impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
-    const VTABLE: &'static EnvelopeVTable<A> = vtable!(handle_async, Awaiting, One<NoReply, false>);
-    const VTABLE_ALONE: &'static EnvelopeVTable<A> =
-        vtable!(handle_async, Awaiting, One<NoReply, true>);
-    const VTABLE_ASK: &'static EnvelopeVTable<A> =
-        vtable!(handle_async, Awaiting, One<ReplyTo<M::Reply>, false>);
-    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> =
-        vtable!(handle_async, Awaiting, One<ReplyTo<M::Reply>, true>);
-    const VTABLE_RUN: &'static EnvelopeVTable<A> = vtable!(handle_async, Awaiting, Run<true>);
-    const VTABLE_RUN_SMALL: &'static EnvelopeVTable<A> =
-        vtable!(handle_async, Awaiting, Run<false>);
+    const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, NoReply, false>,
+        discard: discard::<A, M, NoReply, false>,
+        free: free::<A, M, NoReply, false>,
+    };
+    const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, NoReply, true>,
+        discard: discard::<A, M, NoReply, true>,
+        free: free::<A, M, NoReply, true>,
+    };
+    const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, ReplyTo<M::Reply>, false>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, false>,
+        free: free::<A, M, ReplyTo<M::Reply>, false>,
+    };
+    const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
+        handle: handle_async::<A, M, ReplyTo<M::Reply>, true>,
+        discard: discard::<A, M, ReplyTo<M::Reply>, true>,
+        free: free::<A, M, ReplyTo<M::Reply>, true>,
+    };
 }
 
 /// Where a node of this type lives. `alone` is part of the node's vtable,
@@ -313,408 +306,49 @@ fn build<A: crate::Actor, M: Message, R>(
     p as *mut Envelope<A>
 }
 
-/// How a node holds its message: alone ([`One`]) or in a run ([`Run`]).
-trait Shape<A: crate::Actor, M: Message> {
-    /// Moves the message in `slot`, its reply channel and the sender's
-    /// span out of the node and frees it (unless `keep`: the mailbox still
-    /// links it). Field by field, for the reason given in [`build`].
-    ///
-    /// # Safety
-    /// `p` is a live node of this shape built for `A` and `M`, whose
-    /// message in `slot` was not taken yet; with `keep` unset, that is its
-    /// last message.
-    unsafe fn take(
-        p: *mut Envelope<A>,
-        slot: u32,
-        keep: bool,
-    ) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan);
-
-    /// The `free` of a vtable: gives back the memory of a node whose
-    /// messages were taken out.
-    ///
-    /// # Safety
-    /// As for [`take`](Self::take), after the takes (the last with
-    /// `keep`); not used again afterwards.
-    unsafe fn free(p: *mut Envelope<A>);
-}
-
-/// A node of one message ([`Typed`]): `R` is [`ReplyTo`] for an `ask` and
-/// [`NoReply`] for a `tell`; `ALONE` says whether it is placed alone.
-struct One<R, const ALONE: bool>(PhantomData<R>);
-
-impl<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool> Shape<A, M>
-    for One<R, ALONE>
-{
-    #[inline]
-    unsafe fn take(
-        p: *mut Envelope<A>,
-        _slot: u32,
-        keep: bool,
-    ) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
-        let typed = p as *mut Typed<A, M, R>;
-        // SAFETY: a live `Typed<A, M>` (contract); each field is read once
-        // and the node is freed right after or, with `keep`, only ever
-        // passed to `free` (which reads nothing), so nothing is dropped
-        // twice. The head (a link and a vtable pointer) needs no drop and
-        // stays readable.
-        unsafe {
-            let msg = std::ptr::addr_of!((*typed).msg).read();
-            let reply = std::ptr::addr_of!((*typed).reply).read();
-            let sender = std::ptr::addr_of!((*typed).sender).read();
-            if !keep {
-                <Self as Shape<A, M>>::free(p);
-            }
-            (msg, reply.into_reply(), sender)
-        }
-    }
-
-    unsafe fn free(p: *mut Envelope<A>) {
-        // SAFETY: the node's placement is a function of its vtable, so
-        // `free` gets the one `alloc` got (contract).
-        unsafe {
-            nodes::free(
-                p as *mut u8,
-                Layout::new::<Typed<A, M, R>>(),
-                placement::<A, M, R>(ALONE),
-            );
-        }
-    }
-}
-
-/// A run of `tell`s of one message type from one sender
-/// (`mailbox.rs`, invariant 7): [`RunHead`], then [`run_capacity`] slots.
-/// Always carved from the sender's slab, always handled from the mailbox.
-/// A sender's first run to an actor is small (`LARGE` unset): many
-/// actors get a few messages at once (a parent the results of its
-/// children), and a full-size run for each would take up the room of
-/// many nodes; only a sender that filled a run starts large ones.
-struct Run<const LARGE: bool>;
-
-/// The head of a run: the common head, then the counts the mailbox keeps
-/// at [`RUN_COUNTS_AT`].
-#[repr(C)]
-struct RunHead<A: crate::Actor> {
-    head: Envelope<A>,
-    counts: RunCounts,
-}
-
-/// One message of a run.
-#[repr(C)]
-struct RunSlot<M> {
-    msg: M,
-    sender: SenderSpan,
-}
-
-/// Bytes of messages a run holds: a run of `u64`s holds 64 of them in 536
-/// bytes, 8.4 bytes a message (decision 0052).
-const RUN_BYTES: usize = 512;
-/// Messages a run holds at most (a run of empty messages would otherwise
-/// hold without end).
-const RUN_SLOTS_MAX: usize = 512;
-/// A message type whose runs would hold fewer is not sent in runs: a run
-/// would save too little of a node's head to be worth its header.
-const RUN_SLOTS_MIN: usize = 4;
-
-/// How many messages of `M` a run holds: a large one, and a small one,
-/// an eighth of it (at least [`RUN_SLOTS_MIN`]).
-const fn run_capacity<M, const LARGE: bool>() -> usize {
-    let size = std::mem::size_of::<RunSlot<M>>();
-    let large = if size == 0 || RUN_BYTES / size > RUN_SLOTS_MAX {
-        RUN_SLOTS_MAX
-    } else {
-        RUN_BYTES / size
-    };
-    if LARGE || large <= RUN_SLOTS_MIN {
-        large
-    } else if large / 8 < RUN_SLOTS_MIN {
-        RUN_SLOTS_MIN
-    } else {
-        large / 8
-    }
-}
-
-/// Where a run's first slot starts.
-const fn run_slots_at<A: crate::Actor, M>() -> usize {
-    let align = std::mem::align_of::<RunSlot<M>>();
-    (std::mem::size_of::<RunHead<A>>() + align - 1) & !(align - 1)
-}
-
-/// The layout of a run of `M` for `A`.
-const fn run_layout<A: crate::Actor, M, const LARGE: bool>() -> Layout {
-    let size =
-        run_slots_at::<A, M>() + run_capacity::<M, LARGE>() * std::mem::size_of::<RunSlot<M>>();
-    let head = std::mem::align_of::<RunHead<A>>();
-    let slot = std::mem::align_of::<RunSlot<M>>();
-    match Layout::from_size_align(size, if head > slot { head } else { slot }) {
-        Ok(layout) => layout,
-        Err(_) => panic!("a run's size is at most a few KiB and its alignment a power of two"),
-    }
-}
-
-/// Whether `tell`s of `M` to `A` go in runs.
-const fn runs_for<A: crate::Actor, M>() -> bool {
-    let layout = run_layout::<A, M, true>();
-    run_capacity::<M, true>() >= RUN_SLOTS_MIN
-        && layout.size() <= nodes::MAX_RUN
-        && layout.align() <= 64
-}
-
-/// Slot `slot` of the run `p`.
+/// Moves the message and the reply channel out of the node and frees it
+/// (unless `keep`: the mailbox still links it).
+/// Field by field, for the reason given in [`build`].
 ///
 /// # Safety
-/// `p` is a run of `M` for `A` (its memory in place) and `slot` below its
-/// capacity.
+/// `p` must come from [`envelope`] (`ALONE == false`) or
+/// [`envelope_alone`] (`ALONE == true`) with the same `A` and `M`, for a
+/// `tell` (`R` is [`NoReply`]) or an `ask` (`R` is [`ReplyTo`]).
 #[inline]
-unsafe fn run_slot<A: crate::Actor, M>(p: *mut Envelope<A>, slot: u32) -> *mut RunSlot<M> {
-    // SAFETY: inside the run's allocation (contract and `run_layout`).
+unsafe fn take<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
+    p: *mut Envelope<A>,
+    keep: bool,
+) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
+    let typed = p as *mut Typed<A, M, R>;
+    // SAFETY: a live `Typed<A, M>` (contract); each field is read once and
+    // the node is freed right after or, with `keep`, only ever passed to
+    // `free` (which reads nothing), so nothing is dropped twice. The head
+    // (a link and a vtable pointer) needs no drop and stays readable.
     unsafe {
-        (p as *mut u8)
-            .add(run_slots_at::<A, M>() + slot as usize * std::mem::size_of::<RunSlot<M>>())
-            .cast()
-    }
-}
-
-impl<A: crate::Actor, M: Message, const LARGE: bool> Shape<A, M> for Run<LARGE> {
-    #[inline]
-    unsafe fn take(
-        p: *mut Envelope<A>,
-        slot: u32,
-        keep: bool,
-    ) -> (M, Option<ReplyTo<M::Reply>>, SenderSpan) {
-        // SAFETY: a live run whose message in `slot` is untaken (contract):
-        // each slot is read once; the node is freed right after only if
-        // this was its last message.
-        unsafe {
-            let at = run_slot::<A, M>(p, slot);
-            let msg = std::ptr::addr_of!((*at).msg).read();
-            let sender = std::ptr::addr_of!((*at).sender).read();
-            if !keep {
-                <Self as Shape<A, M>>::free(p);
-            }
-            (msg, None, sender)
+        let msg = std::ptr::addr_of!((*typed).msg).read();
+        let reply = std::ptr::addr_of!((*typed).reply).read();
+        let sender = std::ptr::addr_of!((*typed).sender).read();
+        if !keep {
+            free::<A, M, R, ALONE>(p);
         }
-    }
-
-    unsafe fn free(p: *mut Envelope<A>) {
-        // SAFETY: runs are always carved from a slab with this layout
-        // (`tell_node`).
-        unsafe { nodes::free(p as *mut u8, run_layout::<A, M, LARGE>(), Placement::Slab) };
+        (msg, reply.into_reply(), sender)
     }
 }
 
-/// A new run holding `msg` in its first slot. The caller owns it until it
-/// is pushed with [`Queue::push_run`].
-fn build_run<A, M, K, const LARGE: bool>(msg: M) -> *mut Envelope<A>
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    debug_assert_eq!(std::mem::offset_of!(RunHead<A>, counts), RUN_COUNTS_AT);
-    let p = nodes::alloc(run_layout::<A, M, LARGE>(), Placement::Slab) as *mut RunHead<A>;
-    // SAFETY: fresh memory with the run's layout; field by field as in
-    // `build`; slot 0 is inside it.
-    unsafe {
-        std::ptr::addr_of_mut!((*p).head).write(Envelope {
-            link: Link::new(),
-            vtable: if LARGE {
-                A::VTABLE_RUN
-            } else {
-                A::VTABLE_RUN_SMALL
-            },
-        });
-        std::ptr::addr_of_mut!((*p).counts).write(RunCounts::new());
-        let slot = run_slot::<A, M>(p.cast(), 0);
-        std::ptr::addr_of_mut!((*slot).msg).write(msg);
-        std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
-    }
-    p.cast()
-}
-
-/// What a `tell` makes of its message: [`tell_node`].
-pub(crate) enum Told<A: crate::Actor> {
-    /// It went into this thread's run at the mailbox's tail: nothing to
-    /// push.
-    Appended,
-    /// A node of one message, for [`Queue::push`].
-    One(*mut Envelope<A>),
-    /// A new run, for [`Queue::push_run`].
-    Run(*mut Envelope<A>),
-}
-
-thread_local! {
-    /// How many more of this thread's `tell`s look at the mailbox's tail
-    /// before they push ([`tell_node`]). A look loads a cache line that
-    /// other threads write, which pays only while this thread's messages
-    /// pile up somewhere: a push shows that when what it displaced from
-    /// the tail is this thread's own last message of the same type
-    /// ([`after_push`]). Messages to actors that keep up (a ring's token,
-    /// an actor woken from idle) never look.
-    static TAIL_LOOKS: Cell<u32> = const { Cell::new(0) };
-}
-
-/// The looks a sign of messages piling up buys ([`TAIL_LOOKS`]); each look
-/// that finds nothing to add to spends one, and a look that appends or
-/// starts a run buys them again.
-const TAIL_LOOKS_PER_SIGN: u32 = 256;
-
-/// Places a `tell` of `msg` to the actor whose mailbox is `queue`. If the
-/// tail is this thread's run of the same message and it has room, the
-/// message goes in (`mailbox.rs`, invariant 7). If the tail is this
-/// thread's last node of the same message, or its full run, its messages
-/// are piling up there faster than the actor takes them (or the actor
-/// just took the last one, which looks the same): the message starts a
-/// run. Otherwise it gets a node of its own, as every message did before
-/// runs. Only while this thread has seen its messages wait does it look
-/// ([`TAIL_LOOKS`]); an actor that keeps up sees no run at all.
-#[inline]
-pub(crate) fn tell_node<A, M, K>(queue: &Queue, msg: M) -> Told<A>
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    if !runs_for::<A, M>() {
-        return Told::One(envelope::<A, M, K>(msg, None));
-    }
-    let looks = TAIL_LOOKS.with(Cell::get);
-    if looks == 0 {
-        return Told::One(envelope::<A, M, K>(msg, None));
-    }
-    let told = tell_at_tail::<A, M, K>(queue, msg);
-    let looks = match told {
-        Told::One(_) => looks - 1,
-        Told::Appended | Told::Run(_) => TAIL_LOOKS_PER_SIGN,
-    };
-    TAIL_LOOKS.with(|l| l.set(looks));
-    if looks == 0 {
-        // Nothing of this thread's waits any more: its slabs need not
-        // stay open (`nodes.rs`).
-        nodes::keep_slabs_open(false);
-    }
-    told
-}
-
-/// After a `tell` of `M` pushed a node of its own: if what the push
-/// displaced is this thread's own last message of the same type (a node
-/// or a full run), this thread's messages wait there, and its next tells
-/// look at the tail ([`TAIL_LOOKS`]).
-#[inline]
-pub(crate) fn after_push<A, M, K>(displaced: Tail)
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    if !runs_for::<A, M>() {
-        return;
-    }
-    match displaced {
-        Tail::Nothing => {}
-        Tail::Node(node) | Tail::Run(node) => saw_at_tail::<A, M, K>(node),
-    }
-}
-
-/// [`after_push`]'s look at the node it displaced. Out of line, as
-/// everything about runs, so that a `tell` to an actor that keeps up is
-/// the code it was before runs.
-#[inline(never)]
-fn saw_at_tail<A, M, K>(node: *mut Link)
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    let mine = if nodes::in_open_slab(node as *const u8) {
-        // SAFETY: in this thread's open slab, as in `tell_at_tail`.
-        let kind = unsafe { ((*(node as *mut Envelope<A>)).vtable.kind)() };
-        [A::VTABLE.kind, A::VTABLE_RUN_SMALL.kind, A::VTABLE_RUN.kind]
-            .iter()
-            .any(|k| k() == kind)
-    } else {
-        // In a slab this thread sealed lately: likely its own message,
-        // of whatever type (a sender telling many actors in turn comes
-        // back to each after a slab or more).
-        nodes::carved_here_lately(node as *const u8)
-    };
-    if mine && TAIL_LOOKS.with(|l| l.replace(TAIL_LOOKS_PER_SIGN)) == 0 {
-        nodes::keep_slabs_open(true);
-    }
-}
-
-/// [`tell_node`]'s look at the tail. Inline: while this thread's messages
-/// pile up, every `tell` comes here, and pingpong's 5 ns messages took a
-/// fifth longer through a call.
-#[inline]
-fn tell_at_tail<A, M, K>(queue: &Queue, msg: M) -> Told<A>
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    let (node, is_run) = match queue.tail_for_sender() {
-        Tail::Nothing => return Told::One(envelope::<A, M, K>(msg, None)),
-        Tail::Node(node) => (node, false),
-        Tail::Run(node) => (node, true),
-    };
-    if !nodes::in_open_slab(node as *const u8) {
-        return Told::One(envelope::<A, M, K>(msg, None));
-    }
-    let node = node as *mut Envelope<A>;
-    // SAFETY: the node lies in a slab this thread carved it from and has
-    // not sealed, so its memory is in place even if its message was taken
-    // and the node freed, and its head is as this thread wrote it: every
-    // node in an `A`'s mailbox starts with an `Envelope<A>`, and nothing
-    // writes a node's vtable after it is built. The tables are statics.
-    let kind = unsafe { ((*node).vtable.kind)() };
-    if !is_run {
-        return if kind == (A::VTABLE.kind)() {
-            Told::Run(build_run::<A, M, K, false>(msg))
-        } else {
-            Told::One(envelope::<A, M, K>(msg, None))
-        };
-    }
-    if kind == (A::VTABLE_RUN_SMALL.kind)() {
-        // SAFETY: a run of `M` for `A` in this thread's open slab (above).
-        unsafe { append::<A, M, K, false>(node, msg) }
-    } else if kind == (A::VTABLE_RUN.kind)() {
-        // SAFETY: as above.
-        unsafe { append::<A, M, K, true>(node, msg) }
-    } else {
-        Told::One(envelope::<A, M, K>(msg, None))
-    }
-}
-
-/// Appends `msg` to the run `node` if it is open and has room; starts a
-/// large run if it is full.
+/// The `free` of a vtable: gives back the memory of a node whose message
+/// was taken out.
 ///
 /// # Safety
-/// `node` is a run of `M` for `A` of this size, in this thread's open slab
-/// (`nodes.rs`); this thread is its sender.
-#[inline]
-unsafe fn append<A, M, K, const LARGE: bool>(node: *mut Envelope<A>, msg: M) -> Told<A>
-where
-    A: Handles<M, K>,
-    M: Message,
-{
-    let link = Envelope::as_link(node);
-    // SAFETY: contract.
-    let Some(count) = (unsafe { Queue::open_count(link) }) else {
-        // The actor caught up and closed it.
-        return Told::One(envelope::<A, M, K>(msg, None));
-    };
-    if count as usize >= run_capacity::<M, LARGE>() {
-        return Told::Run(build_run::<A, M, K, true>(msg));
-    }
-    // SAFETY: slot `count` is below the capacity and not published, so
-    // nobody reads it; if the append fails it never was, and the message
-    // is read back out once.
+/// As for [`take`], after a `take` with `keep`; not used again afterwards.
+unsafe fn free<A: crate::Actor, M: Message, R, const ALONE: bool>(p: *mut Envelope<A>) {
+    // SAFETY: the node's placement is a function of its vtable, so `free`
+    // gets the one `alloc` got (contract).
     unsafe {
-        let slot = run_slot::<A, M>(node, count);
-        std::ptr::addr_of_mut!((*slot).msg).write(msg);
-        std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
-        if Queue::append_to(link, count) {
-            return Told::Appended;
-        }
-        // The span (a `tracing::Span` with the feature on) is dropped.
-        let _sender = std::ptr::addr_of!((*slot).sender).read();
-        let msg = std::ptr::addr_of!((*slot).msg).read();
-        Told::One(envelope::<A, M, K>(msg, None))
+        nodes::free(
+            p as *mut u8,
+            Layout::new::<Typed<A, M, R>>(),
+            placement::<A, M, R>(ALONE),
+        );
     }
 }
 
@@ -745,37 +379,32 @@ impl<A: crate::Actor> Envelope<A> {
     ) -> Handled {
         // SAFETY: a live node (contract), whose vtable was chosen for its
         // message type when it was built; the rest is passed on.
-        unsafe { ((*p).vtable.handle)(p, 0, actor, ctx, false) }
+        unsafe { ((*p).vtable.handle)(p, actor, ctx, false) }
     }
 
-    /// Runs the handler of the message in `slot` of a node the mailbox
-    /// handed out ([`Pop::Data`](crate::primitives::mailbox::Pop)),
-    /// leaving the node to the mailbox (its dummy; `mailbox.rs`,
-    /// invariant 2).
+    /// Runs the handler of a node the mailbox handed out, leaving the node
+    /// to the mailbox (its dummy; `mailbox.rs`, invariant 2).
     ///
     /// # Safety
-    /// As for [`handle`](Self::handle), for the message in `slot`, not
-    /// taken yet; once the mailbox retires the node it is only passed to
-    /// [`free_taken`](Self::free_taken), once.
+    /// As for [`handle`](Self::handle); afterwards the node is only passed
+    /// to [`free_taken`](Self::free_taken), once.
     #[inline]
     pub(crate) unsafe fn handle_queued(
         p: *mut Envelope<A>,
-        slot: u32,
         actor: &mut A,
         ctx: &mut Context<A>,
     ) -> Handled {
         // SAFETY: as for `handle`.
-        unsafe { ((*p).vtable.handle)(p, slot, actor, ctx, true) }
+        unsafe { ((*p).vtable.handle)(p, actor, ctx, true) }
     }
 
-    /// As [`discard`](Self::discard), for the message in `slot`, leaving
-    /// the node to the mailbox.
+    /// As [`discard`](Self::discard), leaving the node to the mailbox.
     ///
     /// # Safety
     /// As for [`handle_queued`](Self::handle_queued).
-    pub(crate) unsafe fn discard_queued(p: *mut Envelope<A>, slot: u32) -> &'static str {
+    pub(crate) unsafe fn discard_queued(p: *mut Envelope<A>) -> &'static str {
         // SAFETY: as for `handle`.
-        unsafe { ((*p).vtable.discard)(p, slot, true) }
+        unsafe { ((*p).vtable.discard)(p, true) }
     }
 
     /// Frees a node whose message was taken by
@@ -798,7 +427,7 @@ impl<A: crate::Actor> Envelope<A> {
     /// caller.
     pub(crate) unsafe fn discard(p: *mut Envelope<A>) -> &'static str {
         // SAFETY: as for `handle`.
-        unsafe { ((*p).vtable.discard)(p, 0, false) }
+        unsafe { ((*p).vtable.discard)(p, false) }
     }
 }
 
@@ -806,13 +435,12 @@ impl<A: crate::Actor> Envelope<A> {
 ///
 /// # Safety
 /// As for [`take`].
-unsafe fn discard<A: crate::Actor, M: Message, S: Shape<A, M>>(
+unsafe fn discard<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
-    slot: u32,
     keep: bool,
 ) -> &'static str {
     // SAFETY: as for `take` (contract).
-    drop(unsafe { S::take(p, slot, keep) });
+    drop(unsafe { take::<A, M, R, ALONE>(p, keep) });
     std::any::type_name::<M>()
 }
 
@@ -898,15 +526,14 @@ pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<
 ///
 /// # Safety
 /// As for [`take`].
-unsafe fn handle_sync<A: Handler<M>, M: Message, S: Shape<A, M>>(
+unsafe fn handle_sync<A: Handler<M>, M: Message, R: ReplySlotOf<M::Reply>, const ALONE: bool>(
     p: *mut Envelope<A>,
-    slot: u32,
     actor: &mut A,
     ctx: &mut Context<A>,
     keep: bool,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { S::take(p, slot, keep) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p, keep) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
     match reply {
@@ -934,15 +561,19 @@ unsafe fn handle_sync<A: Handler<M>, M: Message, S: Shape<A, M>>(
 /// As for [`take`] and [`Envelope::handle`]: `actor` lives in the cell
 /// whose turn this is, and a returned future is kept in that cell and
 /// dropped before anything else touches the actor.
-unsafe fn handle_async<A: AsyncHandler<M>, M: Message, S: Shape<A, M>>(
+unsafe fn handle_async<
+    A: AsyncHandler<M>,
+    M: Message,
+    R: ReplySlotOf<M::Reply>,
+    const ALONE: bool,
+>(
     p: *mut Envelope<A>,
-    slot: u32,
     actor: &mut A,
     ctx: &mut Context<A>,
     keep: bool,
 ) -> Handled {
     // SAFETY: contract.
-    let (msg, mut reply, _sender) = unsafe { S::take(p, slot, keep) };
+    let (msg, mut reply, _sender) = unsafe { take::<A, M, R, ALONE>(p, keep) };
     #[cfg(feature = "tracing")]
     let _span = enter_handling(handling_span!(_sender, "handle_async", ctx, M), _sender);
     let waker = ctx.waker();

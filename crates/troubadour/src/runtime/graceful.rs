@@ -41,7 +41,6 @@ impl<A: Actor> MarkerVTable for A {
         handle: handle_marker::<A>,
         discard: discard_marker::<A>,
         free: free_marker::<A>,
-        kind: std::any::TypeId::of::<Marker<A>>,
     };
 }
 
@@ -62,7 +61,6 @@ pub(crate) fn marker<A: Actor>() -> *mut Envelope<A> {
 /// and frees it later with [`free_marker`]).
 unsafe fn handle_marker<A: Actor>(
     p: *mut Envelope<A>,
-    _slot: u32,
     _actor: &mut A,
     ctx: &mut Context<A>,
     keep: bool,
@@ -80,7 +78,7 @@ unsafe fn handle_marker<A: Actor>(
 
 /// # Safety
 /// As for [`handle_marker`].
-unsafe fn discard_marker<A: Actor>(p: *mut Envelope<A>, _slot: u32, keep: bool) -> &'static str {
+unsafe fn discard_marker<A: Actor>(p: *mut Envelope<A>, keep: bool) -> &'static str {
     if !keep {
         // SAFETY: as in `free_marker`.
         unsafe { free_marker(p) };

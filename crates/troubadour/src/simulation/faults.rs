@@ -41,7 +41,6 @@ impl<A: crate::Actor> InjectedVTable for A {
         handle: handle_injected::<A>,
         discard: discard_injected::<A>,
         free: free_injected::<A>,
-        kind: std::any::TypeId::of::<Injected<A>>,
     };
 }
 
@@ -110,7 +109,6 @@ unsafe fn free_injected<A: crate::Actor>(p: *mut Envelope<A>) {
 /// As for [`take_injected`].
 unsafe fn handle_injected<A: crate::Actor>(
     p: *mut Envelope<A>,
-    _slot: u32,
     _actor: &mut A,
     ctx: &mut Context<A>,
     keep: bool,
@@ -133,11 +131,7 @@ unsafe fn handle_injected<A: crate::Actor>(
 ///
 /// # Safety
 /// As for [`take_injected`].
-unsafe fn discard_injected<A: crate::Actor>(
-    p: *mut Envelope<A>,
-    _slot: u32,
-    keep: bool,
-) -> &'static str {
+unsafe fn discard_injected<A: crate::Actor>(p: *mut Envelope<A>, keep: bool) -> &'static str {
     // SAFETY: contract.
     unsafe { take_injected(p, keep).1 }
 }

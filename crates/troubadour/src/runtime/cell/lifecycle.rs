@@ -601,16 +601,12 @@ impl<A: Actor> ActorCell<A> {
         unsafe {
             loop {
                 match self.mailbox.pop() {
-                    Pop::Data {
-                        node,
-                        slot,
-                        retired,
-                    } => {
+                    Pop::Data { node, retired } => {
                         Self::free_retired(retired);
                         let env = self.popped(node);
                         self.system.dead_letters.record(
                             self.id,
-                            Envelope::discard_queued(env, slot),
+                            Envelope::discard_queued(env),
                             reason,
                         );
                     }
