@@ -236,21 +236,33 @@ impl Handler<Seen> for Lagging {
     }
 }
 
-/// One sender's messages to an actor that lags behind are handled in the
-/// order sent, whatever their types: long stretches of one type, other
-/// types and asks between them, and another thread's messages between two
-/// stretches, which this thread's later messages must not overtake.
-#[test]
-fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
+/// A system with a [`Lagging`] actor; the sender opens its gate, and the
+/// counter counts the `Small`s dropped.
+fn lagging_actor() -> (
+    ActorSystem,
+    ActorRef<Lagging>,
+    std::sync::mpsc::Sender<()>,
+    Arc<std::sync::atomic::AtomicU64>,
+) {
     let system = ActorSystem::builder().worker_threads(2).build();
     let (open, gate) = std::sync::mpsc::channel();
-    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let actor = system
         .spawn(Lagging {
             gate: Some(gate),
             seen: vec![],
         })
         .unwrap();
+    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    (system, actor, open, dropped)
+}
+
+/// One sender's messages to an actor that lags behind are handled in the
+/// order sent, whatever their types: long stretches of one type, other
+/// types and asks between them, and another thread's messages between two
+/// stretches, which this thread's later messages must not overtake.
+#[test]
+fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
+    let (system, actor, open, dropped) = lagging_actor();
     let mut expected = vec![];
     let mut asks = vec![];
     let mut n = 0u64;
@@ -305,15 +317,7 @@ fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
 /// none leaked.
 #[test]
 fn a_backlog_left_at_a_stop_is_dropped_as_dead_letters_once_each() {
-    let system = ActorSystem::builder().worker_threads(2).build();
-    let (open, gate) = std::sync::mpsc::channel();
-    let dropped = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let actor = system
-        .spawn(Lagging {
-            gate: Some(gate),
-            seen: vec![],
-        })
-        .unwrap();
+    let (system, actor, open, dropped) = lagging_actor();
     let before = system.dead_letter_count();
     const SENT: u64 = 1_000;
     for n in 0..SENT {
