@@ -266,21 +266,21 @@ fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
     let mut expected = vec![];
     let mut asks = vec![];
     let mut n = 0u64;
-    let mut send_stretch = |actor: &ActorRef<Lagging>, len: u64, expected: &mut Vec<String>| {
+    let mut send_stretch = |len: u64, expected: &mut Vec<String>| {
         for _ in 0..len {
             actor.tell(Small(n, Counted(dropped.clone()))).unwrap();
             expected.push(format!("s{n}"));
             n += 1;
         }
     };
-    send_stretch(&actor, 1, &mut expected);
-    send_stretch(&actor, 300, &mut expected);
+    send_stretch(1, &mut expected);
+    send_stretch(300, &mut expected);
     actor.tell(Other(1)).unwrap();
     expected.push("o1".into());
-    send_stretch(&actor, 70, &mut expected);
+    send_stretch(70, &mut expected);
     asks.push(actor.ask(Query(7)));
     expected.push("q7".into());
-    send_stretch(&actor, 5, &mut expected);
+    send_stretch(5, &mut expected);
     // Another thread's messages between this thread's stretches.
     let other = actor.clone();
     let from_other = std::thread::spawn(move || {
@@ -290,7 +290,7 @@ fn a_lagging_actor_handles_one_senders_mixed_messages_in_the_order_sent() {
     });
     from_other.join().unwrap();
     expected.extend((0..100).map(|i| format!("o{}", 1000 + i)));
-    send_stretch(&actor, 200, &mut expected);
+    send_stretch(200, &mut expected);
     open.send(()).unwrap();
     for ask in asks {
         assert_eq!(ask.timeout(LIVENESS).wait().unwrap(), 7);
@@ -323,7 +323,7 @@ fn a_backlog_left_at_a_stop_is_dropped_as_dead_letters_once_each() {
     for n in 0..SENT {
         actor.tell(Small(n, Counted(dropped.clone()))).unwrap();
     }
-    // The first message is being handled (at the gate); stop, then open.
+    // The first message may be at the gate already; stop, then open it.
     actor.stop();
     open.send(()).unwrap();
     system.shutdown(LIVENESS).unwrap();
