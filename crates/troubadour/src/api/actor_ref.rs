@@ -249,7 +249,8 @@ impl<A: Actor> ActorRef<A> {
             return self.send_rare::<M, K>(msg, None, false);
         }
         let msg = self.take_permit(msg)?;
-        self.cell.enqueue_tell::<M, K>(msg);
+        // SAFETY: a fresh node for this actor type, given up here.
+        unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
         Ok(())
     }
 
@@ -294,7 +295,8 @@ impl<A: Actor> ActorRef<A> {
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
             }
-            self.cell.enqueue_tell::<M, K>(msg);
+            // SAFETY: a fresh node for this actor type, given up here.
+            unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
             Ok(())
         } else {
             self.tell(msg)

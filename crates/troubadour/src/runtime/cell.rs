@@ -356,31 +356,11 @@ impl<A: Actor> ActorCell<A> {
     /// of its siblings) and owned by the caller, who gives it up here.
     #[inline]
     pub(crate) unsafe fn enqueue(self: &Arc<Self>, env: *mut Envelope<A>) {
-        crate::primitives::nodes::pushing(self.mailbox.key(), env as *mut u8);
         // SAFETY: `env` is a live node we own (contract); the cell is pinned
         // in its Arc.
         if unsafe { self.mailbox.push(Envelope::as_link(env)) } {
             // SAFETY: the push took the role.
             unsafe { self.acquired() };
-        }
-    }
-
-    /// Enqueues a `tell` of `msg`, into this thread's run at the tail when
-    /// there is one for it (`envelope::tell_node`), and makes sure someone
-    /// will run the actor.
-    #[inline(always)]
-    pub(crate) fn enqueue_tell<M, K>(self: &Arc<Self>, msg: M)
-    where
-        M: crate::Message,
-        A: crate::runtime::envelope::Handles<M, K>,
-    {
-        use crate::runtime::envelope::Told;
-        match crate::runtime::envelope::tell_node::<A, M, K>(&self.mailbox, msg) {
-            // Queued behind the role's holder, who takes it (`mailbox.rs`,
-            // invariant 7).
-            Told::Appended => {}
-            // SAFETY: a fresh node for this actor type, given up here.
-            Told::Node(env) => unsafe { self.enqueue(env) },
         }
     }
 
@@ -439,52 +419,6 @@ impl<A: Actor> ActorCell<A> {
                 if !self.release() {
                     return;
                 }
-            }
-        }
-    }
-
-    /// Discards every message left in a node the mailbox handed out (one,
-    /// or a run's), each a dead letter for `reason`. The pop freed one
-    /// bounded-mailbox slot; each further message of a run frees its own.
-    ///
-    /// # Safety
-    /// The caller holds the consumer role; `env` was just handed out by
-    /// this cell's mailbox and none of its messages was taken since.
-    pub(super) unsafe fn discard_queued_node(
-        &self,
-        env: *mut Envelope<A>,
-        reason: crate::runtime::dead_letters::DeadLetterReason,
-    ) {
-        // SAFETY: contract; a run holds `left` more after each discard.
-        unsafe {
-            loop {
-                let name = Envelope::discard_queued(env);
-                self.system.dead_letters.record(self.id, name, reason);
-                if Envelope::left_after_take(env) == 0 {
-                    return;
-                }
-                if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
-                    bound.free();
-                }
-            }
-        }
-    }
-
-    /// After a panic in a run's handler: the run, the mailbox's dummy now,
-    /// still holds messages after the one that panicked, and becomes the
-    /// oldest node again, so they are handled (or discarded) in order, as
-    /// a message behind the one that panicked would be.
-    ///
-    /// # Safety
-    /// The caller holds the consumer role, with no `Consumer` of the
-    /// mailbox alive.
-    #[cold]
-    unsafe fn take_run_again(&self) {
-        // SAFETY: contract; the dummy is a node the mailbox handed out.
-        unsafe {
-            let dummy = self.mailbox.dummy_node();
-            if !dummy.is_null() && Envelope::<A>::left_after_take(Envelope::from_link(dummy)) > 0 {
-                self.mailbox.take_dummy_again();
             }
         }
     }
@@ -875,11 +809,8 @@ impl<A: Actor> ActorCell<A> {
             // SAFETY: we hold the consumer role (caller), and no `Consumer`
             // of the mailbox is alive after the turn.
             let depth = unsafe {
-                self.mailbox.count_with(
-                    crate::runtime::observation::DEPTH_CAP,
-                    |node| Envelope::<A>::left_after_take(Envelope::from_link(node)),
-                    |node| Envelope::<A>::queued_messages(Envelope::from_link(node)),
-                )
+                self.mailbox
+                    .count_up_to(crate::runtime::observation::DEPTH_CAP)
             };
             stats.record_depth(depth, &live.epoch);
         } else if stats.has_depth() {
@@ -965,7 +896,7 @@ impl<A: Actor> ActorCell<A> {
                 let mut consumer = self.mailbox.consumer();
                 let mut spins = 0u32;
                 loop {
-                    let node = match consumer.pop() {
+                    let env = match consumer.pop() {
                         Pop::Data { node, retired } => {
                             // A signal sent before this message (or while
                             // the last one was handled) comes first: looked
@@ -977,16 +908,19 @@ impl<A: Actor> ActorCell<A> {
                                 break;
                             }
                             Self::free_retired(retired);
-                            node
-                        }
-                        // The rest of a run (`mailbox.rs`, invariant 7).
-                        Pop::Again(node) => {
-                            if !self.signals.looks_empty() {
-                                // SAFETY: the node that pop handed out.
-                                consumer.repeat(node);
-                                break;
+                            let env = Envelope::from_link(node);
+                            if let Some(config) = config {
+                                if let Some(bound) = &config.bound {
+                                    bound.free();
+                                }
+                                // An actor past its deadline handles nothing
+                                // more (`deadline.rs`).
+                                if config.deadline.is_some() && self.past_deadline(&ctx) {
+                                    drop(consumer);
+                                    return self.stop_at_deadline(env, true);
+                                }
                             }
-                            node
+                            env
                         }
                         Pop::Empty => return false,
                         // A producer is mid-push. Wait briefly; if it was
@@ -999,23 +933,9 @@ impl<A: Actor> ActorCell<A> {
                         }
                         Pop::Inconsistent => return false,
                     };
-                    let env = Envelope::from_link(node);
-                    if let Some(config) = config {
-                        if let Some(bound) = &config.bound {
-                            bound.free();
-                        }
-                        // An actor past its deadline handles nothing
-                        // more (`deadline.rs`).
-                        if config.deadline.is_some() && self.past_deadline(&ctx) {
-                            drop(consumer);
-                            return self.stop_at_deadline(env, true);
-                        }
-                    }
                     *left -= 1;
                     match Envelope::handle_queued(env, self.actor_mut(), &mut ctx) {
                         Handled::Done => {}
-                        // SAFETY: the run this loop's last pop handed out.
-                        Handled::Again(node) => consumer.repeat(node),
                         Handled::Suspended(fut) => {
                             drop(consumer);
                             self.extras().suspended = Some(fut);
@@ -1068,14 +988,16 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: `env` is live and its message ours (this function's
         // contract); the rest of the contract is `begin_stop`'s.
         unsafe {
-            let reason = crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop;
-            if queued {
-                self.discard_queued_node(env, reason);
+            let name = if queued {
+                Envelope::<A>::discard_queued(env)
             } else {
-                self.system
-                    .dead_letters
-                    .record(self.id, Envelope::<A>::discard(env), reason);
-            }
+                Envelope::<A>::discard(env)
+            };
+            self.system.dead_letters.record(
+                self.id,
+                name,
+                crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
+            );
             self.begin_stop(ExitReason::Shutdown);
         }
         false
@@ -1092,8 +1014,7 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match Envelope::handle(env, self.actor_mut(), ctx) {
-                // A node outside the mailbox is never a run.
-                Handled::Done | Handled::Again(_) => {}
+                Handled::Done => {}
                 Handled::Suspended(fut) => {
                     self.extras().suspended = Some(fut);
                     self.after_user_code();
@@ -1227,23 +1148,16 @@ impl<A: Actor> ActorCell<A> {
         // Outside the unwind, so a turn that panics still counts the
         // messages it handled, the one that panicked included.
         let mut left = budget;
-        // The turn's tells are this actor's (`nodes.rs`, `envelope.rs`).
-        let outer = crate::primitives::nodes::turn_begins();
         // SAFETY: callers hold the consumer role.
         let turn = catch_unwind(AssertUnwindSafe(|| unsafe { self.turn_counted(&mut left) }));
-        crate::primitives::nodes::turn_ends(outer);
         if let Some(stats) = self.stats() {
             self.observe_turn(stats, budget - left);
         }
         match turn {
             Ok(busy) => busy,
             Err(payload) => {
-                // SAFETY: as above; the turn's `Consumer` was dropped by
-                // the unwind.
-                unsafe {
-                    self.take_run_again();
-                    self.fail_from_panic(payload);
-                }
+                // SAFETY: as above.
+                unsafe { self.fail_from_panic(payload) };
                 false
             }
         }
@@ -1439,11 +1353,12 @@ impl<A: Actor> Drop for ActorCell<A> {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();
             }
-            self.take_run_again();
             while let Pop::Data { node, retired } = self.mailbox.pop() {
                 Self::free_retired(retired);
-                self.discard_queued_node(
-                    Envelope::from_link(node),
+                let name = Envelope::<A>::discard_queued(Envelope::from_link(node));
+                self.system.dead_letters.record(
+                    self.id,
+                    name,
                     crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
                 );
             }

@@ -604,10 +604,12 @@ impl<A: Actor> ActorCell<A> {
                     Pop::Data { node, retired } => {
                         Self::free_retired(retired);
                         let env = self.popped(node);
-                        self.discard_queued_node(env, reason);
+                        self.system.dead_letters.record(
+                            self.id,
+                            Envelope::discard_queued(env),
+                            reason,
+                        );
                     }
-                    // Only a `Consumer` hands a node out again.
-                    Pop::Again(node) => self.discard_queued_node(self.popped(node), reason),
                     Pop::Empty => return,
                     Pop::Inconsistent => std::thread::yield_now(),
                 }
