@@ -188,7 +188,7 @@ struct ReadmeExample;
 #[allow(missing_docs)]
 pub mod loom_support {
     //! The lock-free structures, exposed for the loom models in `tests/`.
-    pub use crate::primitives::mailbox::{Link, Pop, Queue, Release, SignalStack};
+    pub use crate::primitives::mailbox::{Link, Pop, Queue, Release, RunCount, SignalStack};
     pub use crate::primitives::nodes::SlabCount;
     pub use crate::runtime::scheduler::{
         next_slot_become_thief, next_slot_stop_thieving, Idle, NextSlot,

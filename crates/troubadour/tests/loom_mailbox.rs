@@ -1,5 +1,6 @@
 //! Loom models of the lock-free core: the mailbox queue, the signal stack,
-//! the consumer role carried by the queue's tail (`mailbox.rs`), the count
+//! the consumer role carried by the queue's tail and a sender's appends to
+//! its run at the tail (`mailbox.rs`), the count
 //! that frees a message slab (`nodes.rs`) and a worker's next-actor slot
 //! (`scheduler/next_slot.rs`).
 //!
@@ -13,7 +14,7 @@ use loom::sync::{Arc, Mutex};
 use loom::thread;
 use troubadour::loom_support::{
     next_slot_become_thief, next_slot_stop_thieving, Idle, Link, NextSlot, Pop, Queue, Release,
-    SignalStack, SlabCount,
+    RunCount, SignalStack, SlabCount,
 };
 
 #[repr(C)]
@@ -102,6 +103,7 @@ fn queue_mpsc_fifo_no_loss() {
                     next[prod] += 1;
                     got += 1;
                 }
+                Pop::Again(_) => unreachable!("only a `Consumer` repeats"),
                 Pop::Empty | Pop::Inconsistent => thread::yield_now(),
             }
         }
@@ -228,6 +230,7 @@ fn consumer_role_never_loses_a_wakeup() {
                         }
                         a.handled.fetch_add(1, Ordering::SeqCst);
                     }
+                    Pop::Again(_) => unreachable!("only a `Consumer` repeats"),
                     Pop::Empty => break,
                     // A producer is mid-push. The real cell ends its turn and
                     // its release fails (the queue is not empty); here, let
@@ -297,6 +300,266 @@ fn consumer_role_never_loses_a_wakeup() {
         unsafe {
             assert_eq!(a.queue.pop(), Pop::Empty);
             assert!(a.queue.take_dummy().is_null());
+        }
+    });
+}
+
+/// A node of the run model: `kind` 0 is a message of its own, 1 a run of
+/// up to two, as an envelope's vtable would say; `taken` and `end` are the
+/// consumer's, as in a run's head (`envelope.rs`).
+#[repr(C)]
+struct RunModelNode {
+    link: Link,
+    kind: usize,
+    count: RunCount,
+    taken: loom::cell::UnsafeCell<u32>,
+    end: loom::cell::UnsafeCell<u32>,
+    slots: [loom::cell::UnsafeCell<usize>; 2],
+}
+
+fn run_model_node(kind: usize, value: usize) -> *mut Link {
+    Box::into_raw(Box::new(RunModelNode {
+        link: Link::new(),
+        kind,
+        count: RunCount::new(),
+        taken: loom::cell::UnsafeCell::new(0),
+        end: loom::cell::UnsafeCell::new(0),
+        slots: [
+            loom::cell::UnsafeCell::new(value),
+            loom::cell::UnsafeCell::new(0),
+        ],
+    })) as *mut Link
+}
+
+/// An actor for the run model: messages handled, in order, and the nodes
+/// retired, freed at the end (a sender's open slab keeps a run's memory in
+/// place while the sender may look at it, `nodes.rs`).
+struct RunModelActor {
+    queue: Queue,
+    consuming: AtomicBool,
+    handled: Mutex<Vec<usize>>,
+    retired: Mutex<Vec<usize>>,
+}
+
+// SAFETY: (test) the queue is only popped and released by the holder of the
+// role, which `consuming` checks.
+unsafe impl Send for RunModelActor {}
+// SAFETY: (test) as for `Send`.
+unsafe impl Sync for RunModelActor {}
+
+/// A turn and the release after it, as `ActorCell` does them: a run gives
+/// out one message per pop, closed at the first, and is made the oldest
+/// node again while messages are left (`Consumer::repeat`).
+fn run_model_consume(a: &RunModelActor) {
+    loop {
+        assert!(!a.consuming.swap(true, Ordering::SeqCst), "two holders");
+        {
+            // SAFETY: `consuming` asserts we are the only consumer.
+            let mut consumer = unsafe { a.queue.consumer() };
+            loop {
+                let node = match consumer.pop() {
+                    Pop::Data { node, retired } => {
+                        a.retired.lock().unwrap().push(retired as usize);
+                        node
+                    }
+                    Pop::Again(node) => node,
+                    Pop::Empty => break,
+                    Pop::Inconsistent => {
+                        thread::yield_now();
+                        continue;
+                    }
+                };
+                {
+                    {
+                        let n = node as *mut RunModelNode;
+                        // SAFETY: a node of this model, live (the queue's
+                        // dummy); `taken` and `end` are the consumer's.
+                        let (value, more) = unsafe {
+                            if (*n).kind == 0 {
+                                ((*n).slots[0].with(|p| *p), false)
+                            } else {
+                                let taken = (*n).taken.with(|p| *p);
+                                let end = if taken == 0 {
+                                    let end = (*n).count.close();
+                                    (*n).end.with_mut(|p| *p = end);
+                                    end
+                                } else {
+                                    (*n).end.with(|p| *p)
+                                };
+                                (*n).taken.with_mut(|p| *p = taken + 1);
+                                ((*n).slots[taken as usize].with(|p| *p), taken + 1 < end)
+                            }
+                        };
+                        a.handled.lock().unwrap().push(value);
+                        if more {
+                            // SAFETY: the node the last pop handed out.
+                            unsafe { consumer.repeat(node) };
+                        }
+                    }
+                }
+            }
+        }
+        a.consuming.store(false, Ordering::SeqCst);
+        // SAFETY: we hold the role, and no `Consumer` is alive.
+        match unsafe { a.queue.release(false, || false) } {
+            Release::Kept => continue,
+            Release::Released { retired } => a.retired.lock().unwrap().push(retired as usize),
+        }
+        return;
+    }
+}
+
+/// A sender joins its run only while the run is the tail (`mailbox.rs`,
+/// invariant 7), even when the run's link is still null. Here a second
+/// sender pushes behind the run and may stop between its swap of the tail
+/// and its link; the run's sender meanwhile pushes a message of another
+/// kind (an `ask`, say, which never goes in a run), then tells once more.
+/// Whatever the interleaving, the run's sender's three messages are
+/// handled in the order sent. A sender that went by the run's link alone
+/// would append its third message to the run, ahead of its second, in the
+/// interleaving where the other push's link is not yet written.
+#[test]
+fn a_sender_joins_its_run_only_at_the_tail() {
+    loom::model(|| {
+        let a = Arc::new(RunModelActor {
+            queue: Queue::new(),
+            consuming: AtomicBool::new(false),
+            handled: Mutex::new(vec![]),
+            retired: Mutex::new(vec![]),
+        });
+        let s = a.clone();
+        let runs = thread::spawn(move || {
+            let run = run_model_node(1, 1);
+            // SAFETY: a fresh run; the queue outlives it.
+            if unsafe { s.queue.push(run) } {
+                run_model_consume(&s);
+            }
+            // SAFETY: as above.
+            if unsafe { s.queue.push(run_model_node(0, 2)) } {
+                run_model_consume(&s);
+            }
+            let n = run as *mut RunModelNode;
+            // SAFETY: our run, whose memory stays until the model ends.
+            let appended = s.queue.tail_for_sender() == run
+                && unsafe { (*n).count.open_count() } == Some(1)
+                && {
+                    // SAFETY: slot 1 is not published: nobody reads it.
+                    unsafe { (*n).slots[1].with_mut(|p| *p = 4) };
+                    // SAFETY: as above.
+                    unsafe { (*n).count.append(1) }
+                };
+            // SAFETY: a fresh node; the queue outlives it.
+            if !appended && unsafe { s.queue.push(run_model_node(0, 4)) } {
+                run_model_consume(&s);
+            }
+        });
+        let t = a.clone();
+        let other = thread::spawn(move || {
+            // SAFETY: as above.
+            if unsafe { t.queue.push(run_model_node(0, 3)) } {
+                run_model_consume(&t);
+            }
+        });
+        run_model_consume(&a);
+        runs.join().unwrap();
+        other.join().unwrap();
+        assert!(a.queue.is_idle(), "the role was left taken");
+        let handled = a.handled.lock().unwrap().clone();
+        let mut sorted = handled.clone();
+        sorted.sort();
+        assert_eq!(
+            sorted,
+            vec![1, 2, 3, 4],
+            "lost or handled twice: {handled:?}"
+        );
+        let at = |v: usize| handled.iter().position(|&h| h == v);
+        assert!(
+            at(1) < at(2) && at(2) < at(4),
+            "the run's sender out of order: {handled:?}"
+        );
+        // SAFETY: quiescent; we are the only thread. Every node was retired
+        // once (the last by the last release), and is freed once here.
+        unsafe {
+            assert_eq!(a.queue.pop(), Pop::Empty);
+            assert!(a.queue.take_dummy().is_null());
+            for p in a.retired.lock().unwrap().drain(..) {
+                if p != 0 {
+                    drop(Box::from_raw(p as *mut RunModelNode));
+                }
+            }
+        }
+    });
+}
+
+/// A sender's append to its run at the tail (`mailbox.rs`, invariant 7)
+/// against the consumer's close at its first take, while a second sender
+/// pushes behind the run. The consumer is the model's own thread, which
+/// holds the role from the start and consumes while both send. Whatever
+/// the interleaving, every message is handled once, the run's sender's
+/// two in order, nobody runs the actor twice at once, and the role ends
+/// free: an append that the close beat became a push that took the role,
+/// never a message left behind with nobody to take it.
+#[test]
+fn an_append_races_the_consumers_close() {
+    loom::model(|| {
+        let a = Arc::new(RunModelActor {
+            queue: Queue::new(),
+            consuming: AtomicBool::new(false),
+            handled: Mutex::new(vec![]),
+            retired: Mutex::new(vec![]),
+        });
+        let s = a.clone();
+        let runs = thread::spawn(move || {
+            let run = run_model_node(1, 1);
+            // SAFETY: a fresh run; the queue outlives it.
+            if unsafe { s.queue.push(run) } {
+                run_model_consume(&s);
+            }
+            let n = run as *mut RunModelNode;
+            // SAFETY: our run, whose memory stays until the model ends.
+            let appended = s.queue.tail_for_sender() == run
+                && unsafe { (*n).count.open_count() } == Some(1)
+                && {
+                    // SAFETY: slot 1 is not published: nobody reads it.
+                    unsafe { (*n).slots[1].with_mut(|p| *p = 2) };
+                    // SAFETY: as above.
+                    unsafe { (*n).count.append(1) }
+                };
+            // SAFETY: a fresh node; the queue outlives it.
+            if !appended && unsafe { s.queue.push(run_model_node(0, 2)) } {
+                run_model_consume(&s);
+            }
+        });
+        let t = a.clone();
+        let other = thread::spawn(move || {
+            // SAFETY: as above.
+            if unsafe { t.queue.push(run_model_node(0, 3)) } {
+                run_model_consume(&t);
+            }
+        });
+        // This thread was created holding the role, and consumes while
+        // the two send: it may reach the run while its sender appends.
+        run_model_consume(&a);
+        runs.join().unwrap();
+        other.join().unwrap();
+        assert!(a.queue.is_idle(), "the role was left taken");
+        let handled = a.handled.lock().unwrap().clone();
+        let mut sorted = handled.clone();
+        sorted.sort();
+        assert_eq!(sorted, vec![1, 2, 3], "lost or handled twice: {handled:?}");
+        let first = handled.iter().position(|&v| v == 1);
+        let second = handled.iter().position(|&v| v == 2);
+        assert!(first < second, "the run's sender out of order: {handled:?}");
+        // SAFETY: quiescent; we are the only thread. Every node was retired
+        // once (the last by the last release), and is freed once here.
+        unsafe {
+            assert_eq!(a.queue.pop(), Pop::Empty);
+            assert!(a.queue.take_dummy().is_null());
+            for p in a.retired.lock().unwrap().drain(..) {
+                if p != 0 {
+                    drop(Box::from_raw(p as *mut RunModelNode));
+                }
+            }
         }
     });
 }

@@ -249,8 +249,7 @@ impl<A: Actor> ActorRef<A> {
             return self.send_rare::<M, K>(msg, None, false);
         }
         let msg = self.take_permit(msg)?;
-        // SAFETY: a fresh node for this actor type, given up here.
-        unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
+        self.cell.enqueue_tell::<M, K>(msg);
         Ok(())
     }
 
@@ -295,8 +294,7 @@ impl<A: Actor> ActorRef<A> {
             if self.cell.closed_or_held() {
                 return self.send_rare::<M, K>(msg, None, true);
             }
-            // SAFETY: a fresh node for this actor type, given up here.
-            unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, None)) };
+            self.cell.enqueue_tell::<M, K>(msg);
             Ok(())
         } else {
             self.tell(msg)

@@ -90,10 +90,40 @@
 //!    releasing thread never touches the queue (or the actor around it)
 //!    after the exchange that may hand the role on (decision 0050).
 //!
+//! # Runs (invariant 7)
+//!
+//! A node may hold several messages (a *run*, `envelope.rs`): its sender
+//! appends to it while it finds it at `tail`. The queue does not tell runs
+//! from other nodes; the envelope's handler does, and the consumer takes a
+//! run's messages one pop at a time.
+//!
+//! 7. A run is closed by the first take of a message out of it (a
+//!    read-modify-write of its count); an append is a `compare_exchange`
+//!    of that count, which fails once it is closed, and is made only by
+//!    the run's sender. So a run the consumer has reached takes no more
+//!    messages: what it holds is fixed before its first message is
+//!    handled. An append is placed where its run lies, so a sender joins
+//!    only a run where its push would have gone: the node at an unmarked
+//!    `tail` ([`Queue::tail_for_sender`]), read just before the append. A
+//!    link is not enough: a run whose link is null may have a push behind
+//!    it between its two steps, and behind that a finished push of the
+//!    same sender's (a task that moved between threads), which an append
+//!    would overtake; the tail, swapped in each push's first step, never
+//!    comes back to a node it left. An open run was not taken from, so it
+//!    is queued ahead of the consumer: an append needs no wake-up, as the
+//!    role's holder cannot give the role up before taking the run
+//!    (invariant 5), or the actor waits and its wait's end runs it.
+//!    After a take that leaves messages in the run the consumer makes the
+//!    run the oldest node again ([`Consumer::repeat`]), in a register of
+//!    its own while its `Consumer` lives and, when that ends first, behind
+//!    the stub: the run is the dummy, past the stub, so the stub is out of
+//!    the list (only a release puts it back, at the tail) and its link may
+//!    point at the run, behind which producers still link their nodes.
+//!
 //! The single-consumer rule is enforced outside this module: only the thread
 //! holding the role calls `pop` (see `cell.rs`).
 
-use crate::primitives::sync::{AtomicPtr, Ordering};
+use crate::primitives::sync::{AtomicPtr, AtomicU32, Ordering};
 use std::ptr;
 
 /// The link at the start of every queued node (`#[repr(C)]` structs put it
@@ -122,6 +152,10 @@ pub enum Pop {
         node: *mut Link,
         retired: *mut Link,
     },
+    /// The node a [`Consumer::repeat`] put back: a run with messages left
+    /// (invariant 7), the dummy still, with nothing retired. Only a
+    /// [`Consumer`]'s pop hands this out.
+    Again(*mut Link),
     Empty,
     /// A producer is between its two steps; the message will be there soon.
     Inconsistent,
@@ -209,6 +243,69 @@ impl Queue {
         // which cannot happen before this store links it (invariant 2).
         unsafe { (*self.resolve(prev)).next.store(node, Ordering::Release) };
         is_idle(prev)
+    }
+
+    /// The queue's address, which names it while it lives: a sender keeps
+    /// its last run under it (`nodes.rs`).
+    #[inline]
+    pub fn key(&self) -> usize {
+        self as *const Queue as usize
+    }
+
+    /// The node at the tail, for a sender that may add to its own run there
+    /// (invariant 7): null if it is the stub or nobody holds the consumer
+    /// role (an idle actor's tail is a node already taken, and a waiting
+    /// actor is woken by a push, not an append). The node may be taken and
+    /// freed at any moment; the caller reads it only where it knows its
+    /// memory to be in place.
+    #[inline]
+    pub fn tail_for_sender(&self) -> *mut Link {
+        let tail = self.tail.load(Ordering::Acquire);
+        if is_idle(tail) {
+            ptr::null_mut()
+        } else {
+            unmarked(tail)
+        }
+    }
+
+    /// Makes the dummy, a node whose messages are not all taken (a run
+    /// whose handler panicked, invariant 7), the oldest node again, behind
+    /// the stub: the next pop hands it out once more.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, no [`Consumer`] of this queue is
+    /// alive, and the dummy is not the stub.
+    pub unsafe fn take_dummy_again(&self) {
+        // SAFETY: contract.
+        unsafe { self.put_behind_stub(self.dummy()) };
+    }
+
+    /// Makes `node`, the dummy, the oldest node behind the stub.
+    ///
+    /// # Safety
+    /// As for [`take_dummy_again`](Self::take_dummy_again); `node` is the
+    /// dummy (in `head`, or in the holder's [`Consumer`]).
+    unsafe fn put_behind_stub(&self, node: *mut Link) {
+        debug_assert!(node != self.stub());
+        // SAFETY: the dummy is past the stub, so the stub is out of the
+        // list: no producer can reach it (only a release puts it back at
+        // the tail) and its link is ours (invariant 7).
+        unsafe { (*self.stub()).next.store(node, Ordering::Relaxed) };
+        self.head.store(ptr::null_mut(), Ordering::Relaxed);
+    }
+
+    /// The dummy (invariant 2), null if it is the stub: for a consumer
+    /// that asks whether its messages are all taken.
+    ///
+    /// # Safety
+    /// As for [`pop`](Self::pop).
+    pub unsafe fn dummy_node(&self) -> *mut Link {
+        let head = self.dummy();
+        if head == self.stub() {
+            ptr::null_mut()
+        } else {
+            head
+        }
     }
 
     /// Takes the consumer role if nobody holds it; `true` if the caller
@@ -383,6 +480,7 @@ impl Queue {
         Consumer {
             queue: self,
             head: self.head.load(Ordering::Relaxed),
+            again: ptr::null_mut(),
         }
     }
 
@@ -427,9 +525,27 @@ impl Queue {
     /// # Safety
     /// As for [`pop`](Self::pop): only the consumer calls it, and not while
     /// a [`Consumer`] of this queue is alive.
+    #[cfg(test)]
     pub unsafe fn count_up_to(&self, cap: u32) -> u32 {
+        // SAFETY: contract.
+        unsafe { self.count_with(cap, |_| 0, |_| 1) }
+    }
+
+    /// As [`count_up_to`](Self::count_up_to), counting each queued node as
+    /// the messages `weight` says it holds (a run holds several, invariant
+    /// 7) and the dummy as the ones `left` says it still holds.
+    ///
+    /// # Safety
+    /// As for [`count_up_to`](Self::count_up_to); `left` and `weight` only
+    /// read the nodes they are given.
+    pub unsafe fn count_with(
+        &self,
+        cap: u32,
+        left: impl Fn(*mut Link) -> u32,
+        weight: impl Fn(*mut Link) -> u32,
+    ) -> u32 {
         let mut node = self.dummy();
-        let mut count = 0;
+        let mut count = if node == self.stub() { 0 } else { left(node) };
         while count < cap {
             // SAFETY: `node` is the dummy or a queued node, and the nodes its
             // links lead to are queued too; only this consumer retires them
@@ -438,10 +554,10 @@ impl Queue {
             if next.is_null() {
                 break;
             }
-            count += 1;
+            count = count.saturating_add(weight(next));
             node = next;
         }
-        count
+        count.min(cap)
     }
 
     /// True when no message is queued or being pushed (invariant 3).
@@ -452,6 +568,66 @@ impl Queue {
     #[inline]
     pub unsafe fn looks_empty(&self) -> bool {
         self.resolve(self.tail.load(Ordering::SeqCst)) == self.dummy()
+    }
+}
+
+/// The count of a run (invariant 7): how many of its slots its sender
+/// published, and whether the consumer closed it.
+pub struct RunCount {
+    count: AtomicU32,
+}
+
+/// Set in a run's count by the consumer's first take.
+const RUN_CLOSED: u32 = 1 << 31;
+
+impl RunCount {
+    /// A run whose first slot is published.
+    pub fn new() -> Self {
+        RunCount {
+            count: AtomicU32::new(1),
+        }
+    }
+
+    /// For the run's sender: how many slots it published, or `None` if
+    /// the consumer closed the run. Only the sender raises the count, so it
+    /// reads its own last value; a close it does not see yet fails
+    /// [`append`](Self::append).
+    #[inline]
+    pub fn open_count(&self) -> Option<u32> {
+        let count = self.count.load(Ordering::Relaxed);
+        (count & RUN_CLOSED == 0).then_some(count)
+    }
+
+    /// For the run's sender, after writing slot `count` (its last
+    /// [`open_count`](Self::open_count)): publishes it. `false` if the
+    /// consumer closed the run first; the slot was then never published
+    /// and its message is the sender's again.
+    #[inline]
+    pub fn append(&self, count: u32) -> bool {
+        // Release: the slot's message is written before it is published.
+        self.count
+            .compare_exchange(count, count + 1, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// For the consumer, at its first take: closes the run and returns how
+    /// many messages it holds, every one visible (the appends' releases).
+    #[inline]
+    pub fn close(&self) -> u32 {
+        self.count.fetch_or(RUN_CLOSED, Ordering::Acquire) & !RUN_CLOSED
+    }
+
+    /// For the consumer, of a run it has not closed (an observer's count of
+    /// the mailbox): how many messages it holds now.
+    #[inline]
+    pub fn published(&self) -> u32 {
+        self.count.load(Ordering::Relaxed) & !RUN_CLOSED
+    }
+}
+
+impl Default for RunCount {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -469,12 +645,20 @@ pub enum Release {
 pub struct Consumer<'a> {
     queue: &'a Queue,
     head: *mut Link,
+    /// The node [`repeat`](Self::repeat) put back, null if none: kept here
+    /// rather than behind the stub, whose link shares a cache line with
+    /// `tail`, so a run's messages are taken without writing the line
+    /// every producer swaps.
+    again: *mut Link,
 }
 
 impl Consumer<'_> {
     /// Takes the oldest node.
     #[inline]
     pub fn pop(&mut self) -> Pop {
+        if !self.again.is_null() {
+            return Pop::Again(std::mem::replace(&mut self.again, ptr::null_mut()));
+        }
         // SAFETY: creating the `Consumer` required being the only consumer.
         unsafe { self.queue.pop_from(&mut self.head) }
     }
@@ -500,9 +684,34 @@ impl Consumer<'_> {
     }
 }
 
+impl Consumer<'_> {
+    /// Makes `node`, which the last pop handed out and whose messages are
+    /// not all taken (a run, invariant 7), the oldest node again: the next
+    /// pop hands it out once more, with no node retired.
+    ///
+    /// # Safety
+    /// `node` is what the last [`pop`](Self::pop) of this consumer returned
+    /// with [`Pop::Data`] or [`Pop::Again`] (so it is the dummy, past the
+    /// stub), and that pop's `retired` was not put back with
+    /// [`unpop`](Self::unpop).
+    #[inline]
+    pub unsafe fn repeat(&mut self, node: *mut Link) {
+        debug_assert_eq!(self.head, node);
+        self.again = node;
+    }
+}
+
 impl Drop for Consumer<'_> {
     fn drop(&mut self) {
-        self.queue.head.store(self.head, Ordering::Relaxed);
+        if self.again.is_null() {
+            self.queue.head.store(self.head, Ordering::Relaxed);
+        } else {
+            // A node put back and not popped again: it goes behind the
+            // stub, for the next pop of the queue (invariant 7).
+            // SAFETY: the holder's `Consumer` (its creation's contract);
+            // `again` is the dummy, past the stub.
+            unsafe { self.queue.put_behind_stub(self.again) };
+        }
     }
 }
 
@@ -734,6 +943,106 @@ mod tests {
             assert_eq!(pop_value(&q), Ok(1));
             assert_eq!(pop_value(&q), Ok(2));
             assert!(release(&q, false));
+            empty(&q);
+        }
+    }
+
+    /// A node made the oldest again (a run with messages left, invariant
+    /// 7) is handed out again with nothing retired, from behind a taken
+    /// node and from behind the stub, also while producers push behind it,
+    /// and the queue stays whole: a release keeps the role while it is
+    /// queued, and after it the nodes behind it come in order.
+    #[test]
+    fn a_node_repeated_is_popped_again_and_the_queue_stays_whole() {
+        let q = Queue::new();
+        // SAFETY: as in `fifo_single_thread`; `repeat` gets the node of
+        // the pop just before it.
+        unsafe {
+            for i in 0..2 {
+                assert!(!q.push(node(i)));
+            }
+            assert_eq!(pop_value(&q), Ok(0));
+            let mut c = q.consumer();
+            let Pop::Data { node: run, retired } = c.pop() else {
+                panic!("a node is queued")
+            };
+            assert!(!retired.is_null(), "behind a taken node");
+            free(retired);
+            assert_eq!(run, q.tail_for_sender(), "the run is the tail");
+            c.repeat(run);
+            assert_eq!(c.pop(), Pop::Again(run), "handed out again");
+            c.repeat(run);
+            drop(c);
+            assert!(!q.looks_empty(), "the run is queued again");
+            assert!(!release(&q, false), "so the role is kept");
+            assert!(!q.push(node(2)), "a push behind the run");
+            for _ in 0..3 {
+                let mut c = q.consumer();
+                let Pop::Data {
+                    node: again,
+                    retired,
+                } = c.pop()
+                else {
+                    panic!("the run is queued")
+                };
+                assert_eq!(again, run);
+                assert!(retired.is_null(), "the stub stood in front of it");
+                c.repeat(again);
+            }
+            assert_eq!(q.count_with(10, |_| 0, |_| 1), 2, "the run and 2");
+            let mut c = q.consumer();
+            let Pop::Data { node: last, .. } = c.pop() else {
+                panic!("the run is queued")
+            };
+            assert_eq!(last, run);
+            drop(c);
+            // Done with the run: the next pop retires it.
+            let Pop::Data { node: two, retired } = q.pop() else {
+                panic!("2 is queued")
+            };
+            assert_eq!(retired, run);
+            free(retired);
+            assert_eq!((*(two as *mut Node)).value, 2);
+            assert!(release(&q, false), "empty: the role is let go");
+            assert!(
+                q.tail_for_sender().is_null(),
+                "an idle tail is never appended to"
+            );
+            assert!(q.push(node(3)), "and the next push takes the role");
+            assert_eq!(pop_value(&q), Ok(3));
+            empty(&q);
+        }
+    }
+
+    /// The dummy taken again (after a panic in a run's handler) is the
+    /// oldest node once more.
+    #[test]
+    fn the_dummy_taken_again_is_popped_again() {
+        let q = Queue::new();
+        // SAFETY: as in `fifo_single_thread`.
+        unsafe {
+            assert!(!q.push(node(0)));
+            assert!(!q.push(node(1)));
+            let Pop::Data {
+                node: first,
+                retired,
+            } = q.pop()
+            else {
+                panic!("a node is queued")
+            };
+            assert!(retired.is_null());
+            assert_eq!(q.dummy_node(), first);
+            q.take_dummy_again();
+            assert!(q.dummy_node().is_null(), "the stub stands in front");
+            let Pop::Data {
+                node: again,
+                retired,
+            } = q.pop()
+            else {
+                panic!("it is queued again")
+            };
+            assert_eq!((again, retired), (first, ptr::null_mut()));
+            assert_eq!(pop_value(&q), Ok(1));
             empty(&q);
         }
     }

@@ -21,6 +21,13 @@
 //! slabs come from the system allocator; loom builds and non-Unix targets
 //! take slabs from mimalloc.
 //!
+//! A thread keeps its last slabs open (unsealed) after it moves on from
+//! them ([`OPEN`]), so that, as a sender, it may look again at nodes it
+//! carved there: its run at an actor's tail, to append to it
+//! (`mailbox.rs`, invariant 7). Open slabs are never freed, so that memory
+//! is in place even after the receiver freed the node; a worker seals them
+//! before it sleeps, any thread when it exits.
+//!
 //! # Invariants (the slab count)
 //!
 //! A slab's `live` starts at `BIAS`, far above any number of nodes a slab can
@@ -55,9 +62,18 @@ pub(crate) const SLAB: usize = 16 * 1024;
 const HEADER: usize = 64;
 /// Larger nodes are allocated alone (a slab holds at least 63 of these).
 const MAX_IN_SLAB: usize = 256;
+/// The largest run (`envelope.rs`), which is always carved from a slab (a
+/// slab holds at least 15).
+pub(crate) const MAX_RUN: usize = 1024;
 const MAX_ALIGN: usize = 64;
 /// Far above the number of nodes a slab can hold (see the invariants).
 const BIAS: usize = usize::MAX / 2;
+/// Slabs a thread keeps open (unsealed) after it moved on from them, so a
+/// sender can still look at its own nodes there: a run it may append to,
+/// or its last node to an actor, which shows that its messages pile up
+/// there (`envelope.rs`). 64 slabs (1 MiB) hold a run for each of about
+/// 2,000 receivers at once; a worker seals them when it goes to sleep.
+const OPEN: usize = 64;
 
 /// How a node is placed; fixed per message type, so the free side knows it
 /// from the same type without storing a flag.
@@ -100,6 +116,15 @@ impl SlabCount {
     #[inline]
     pub fn seal(&self, carved: usize) -> bool {
         self.release(BIAS - carved)
+    }
+
+    /// As [`seal`](Self::seal), also returning how many of the `carved`
+    /// nodes were not freed yet.
+    #[inline]
+    fn seal_and_count(&self, carved: usize) -> (bool, usize) {
+        let n = BIAS - carved;
+        let before = self.live.fetch_sub(n, Ordering::AcqRel);
+        (before == n, before - n)
     }
 
     /// `n` nodes were freed. `true` if this was the last use of the slab,
@@ -203,6 +228,87 @@ struct ThreadNodes {
     /// Whether frees may wait for [`settle`] (set on worker threads, which
     /// settle whenever they run out of work); other threads settle at once.
     batching: Cell<bool>,
+    /// Earlier slabs not sealed yet, with the nodes carved from each,
+    /// placed by address ([`open_index`]); a slab whose place is taken is
+    /// sealed then. Their memory stays in place (a slab is freed only
+    /// once sealed), so this thread may read the nodes it carved there
+    /// even after their receivers freed them.
+    open: [Cell<(*mut SlabCount, usize)>; OPEN],
+    /// How many of `open` hold a slab.
+    open_n: Cell<usize>,
+    /// Whether a slab this thread moves on from is kept open
+    /// ([`keep_slabs_open`]).
+    keep_open: Cell<bool>,
+    /// The addresses of slabs this thread sealed lately, placed by
+    /// address as `open` is (a later one takes an earlier one's place),
+    /// never followed: only compared, by [`carved_here_lately`].
+    sealed: [Cell<usize>; OPEN],
+}
+
+/// A slab sealed with more than `PILED_UP_MUL / PILED_UP_DIV` of its nodes
+/// still queued is a sign that the thread's messages pile up.
+const PILED_UP_MUL: usize = 3;
+const PILED_UP_DIV: usize = 4;
+
+/// The looks at the tail a sign of messages piling up buys
+/// ([`TAIL_LOOKS`]).
+pub(crate) const LOOKS_PER_SIGN: u32 = 256;
+
+thread_local! {
+    /// How many more of this thread's `tell`s look at the mailbox's tail
+    /// for a run of theirs before they push (`envelope.rs`). A look loads
+    /// a cache line other threads write, which pays only while this
+    /// thread's messages pile up somewhere: a slab sealed while most of
+    /// its nodes are still queued shows that. Each look that finds
+    /// nothing of this thread's there spends one; kept apart from the
+    /// slabs' state, which has a destructor, so that the check a `tell`
+    /// makes is one load.
+    pub(crate) static TAIL_LOOKS: Cell<u32> = const { Cell::new(0) };
+
+    /// A node this thread carved in a slab it has not sealed, which it
+    /// may read again without asking which slab it lies in: its last run
+    /// (`envelope.rs`). Null if none; forgotten when its slab is sealed.
+    static REMEMBERED: Cell<*mut u8> = const { Cell::new(ptr::null_mut()) };
+    /// Whom the remembered node was sent to: its mailbox's address.
+    static REMEMBERED_FOR: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Remembers `p`, a node in a slab this thread carved it from and has not
+/// sealed ([`in_open_slab`]), until that slab is sealed.
+#[inline]
+pub(crate) fn remember(p: *mut u8, to: usize) {
+    debug_assert!(in_open_slab(p));
+    REMEMBERED.with(|r| r.set(p));
+    REMEMBERED_FOR.with(|r| r.set(to));
+}
+
+/// The node [`remember`]ed, null if none or if its slab was sealed since:
+/// its memory is in place, as this thread wrote it or as its receiver
+/// left it (a slab is freed only once sealed).
+#[inline]
+pub(crate) fn remembered_for(to: usize) -> *mut u8 {
+    if REMEMBERED_FOR.with(Cell::get) == to {
+        REMEMBERED.with(Cell::get)
+    } else {
+        ptr::null_mut()
+    }
+}
+
+/// Forgets the remembered node if it lies in `slab`, which is being
+/// sealed.
+#[inline]
+fn forget_if_in(slab: *mut SlabCount) {
+    REMEMBERED.with(|r| {
+        if r.get().map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount == slab {
+            r.set(ptr::null_mut());
+        }
+    });
+}
+
+/// Where an open slab is kept in [`ThreadNodes::open`].
+#[inline]
+fn open_index(slab: *mut SlabCount) -> usize {
+    (slab.addr() / SLAB) % OPEN
 }
 
 impl ThreadNodes {
@@ -214,6 +320,38 @@ impl ThreadNodes {
             pending: Cell::new(ptr::null_mut()),
             pending_n: Cell::new(0),
             batching: Cell::new(false),
+            open: [const { Cell::new((ptr::null_mut(), 0)) }; OPEN],
+            open_n: Cell::new(0),
+            keep_open: Cell::new(false),
+            sealed: [const { Cell::new(0) }; OPEN],
+        }
+    }
+
+    /// Whether `slab` is this thread's open slab or one of the last it
+    /// sealed (which may be freed and reused by now).
+    fn carved_lately(&self, slab: *mut SlabCount) -> bool {
+        self.is_open(slab) || self.sealed[open_index(slab)].get() == slab.addr()
+    }
+
+    /// Whether `slab` is one of this thread's slabs not sealed yet.
+    #[inline]
+    fn is_open(&self, slab: *mut SlabCount) -> bool {
+        !slab.is_null() && (slab == self.slab.get() || self.open[open_index(slab)].get().0 == slab)
+    }
+
+    /// Seals the earlier slabs kept open.
+    fn seal_open(&self) {
+        if self.open_n.replace(0) == 0 {
+            return;
+        }
+        for place in &self.open {
+            let (slab, carved) = place.replace((ptr::null_mut(), 0));
+            if !slab.is_null() {
+                self.note_sealed(slab);
+                // SAFETY: an open slab is live until sealed; this is its
+                // one seal.
+                unsafe { seal(slab, carved) };
+            }
         }
     }
 
@@ -238,25 +376,66 @@ impl ThreadNodes {
         let start = (HEADER + layout.align() - 1) & !(layout.align() - 1);
         self.next.set(start + layout.size());
         self.carved.set(1);
-        // SAFETY: a node of at most MAX_IN_SLAB bytes fits after the header.
+        // SAFETY: a node of at most MAX_RUN bytes fits after the header.
         unsafe { (self.slab.get() as *mut u8).add(start) }
     }
 
-    /// Seals the current slab, if any, and carves from a fresh one.
+    /// Keeps the current slab, if any, open (while asked to, else seals
+    /// it and every open one), and carves from a fresh one.
     fn start_slab(&self) {
-        self.seal_current();
+        if self.keep_open.get() {
+            let slab = self.slab.replace(ptr::null_mut());
+            if !slab.is_null() {
+                let place = &self.open[open_index(slab)];
+                let (old, carved) = place.replace((slab, self.carved.get()));
+                if old.is_null() {
+                    self.open_n.set(self.open_n.get() + 1);
+                } else {
+                    self.note_sealed(old);
+                    // SAFETY: an open slab is live until sealed; this is
+                    // its one seal.
+                    unsafe { seal(old, carved) };
+                }
+            }
+        } else {
+            self.seal_current();
+            self.seal_open();
+        }
         self.slab.set(new_slab());
         self.next.set(HEADER);
+        self.carved.set(0);
+    }
+
+    /// Remembers the address of a slab about to be sealed, for
+    /// [`carved_here_lately`].
+    fn note_sealed(&self, slab: *mut SlabCount) {
+        self.sealed[open_index(slab)].set(slab.addr());
     }
 
     fn seal_current(&self) {
         let slab = self.slab.replace(ptr::null_mut());
         if !slab.is_null() {
+            self.note_sealed(slab);
+            forget_if_in(slab);
+            let carved = self.carved.get();
+            // This thread's own frees of the slab's nodes, not subtracted.
+            let pending = if self.pending.get() == slab {
+                self.pending_n.get()
+            } else {
+                0
+            };
             // SAFETY: the slab is live until sealed; this is its one seal.
-            unsafe {
-                if (*slab).seal(self.carved.get()) {
-                    free_slab(slab);
-                }
+            let (last, live) = unsafe { (*slab).seal_and_count(carved) };
+            if last {
+                // SAFETY: every node of it was freed: nobody uses it.
+                unsafe { free_slab(slab) };
+            } else if (live - pending.min(live)) * PILED_UP_DIV > carved * PILED_UP_MUL {
+                // Most of what this thread carved here still waits in
+                // mailboxes: its messages pile up somewhere. Its next
+                // tells look for a run of theirs at the tail
+                // (`envelope.rs`), and its slabs stay open meanwhile.
+                TAIL_LOOKS.with(|l| l.set(LOOKS_PER_SIGN));
+                self.keep_open.set(true);
             }
         }
         self.next.set(SLAB);
@@ -294,6 +473,21 @@ impl Drop for ThreadNodes {
     fn drop(&mut self) {
         self.settle();
         self.seal_current();
+        self.seal_open();
+    }
+}
+
+/// Seals `slab`, carved `carved` times, freeing it if that was its last use.
+///
+/// # Safety
+/// `slab` is live and not sealed yet; this is its one seal.
+unsafe fn seal(slab: *mut SlabCount, carved: usize) {
+    forget_if_in(slab);
+    // SAFETY: contract.
+    unsafe {
+        if (*slab).seal(carved) {
+            free_slab(slab);
+        }
     }
 }
 
@@ -366,12 +560,45 @@ pub(crate) fn prepare_this_thread() {
     });
 }
 
-/// Hands the memory of freed slabs beyond what is kept for reuse back to
-/// the system (`slab_source.rs`); for a worker about to sleep.
+/// Seals the slabs this thread kept open, and hands the memory of freed
+/// slabs beyond what is kept for reuse back to the system
+/// (`slab_source.rs`); for a worker about to sleep.
 #[inline]
 pub(crate) fn purge_idle_slabs() {
+    let _ = NODES.try_with(|t| t.seal_open());
     #[cfg(all(unix, not(miri), not(loom)))]
     super::slab_source::purge_excess();
+}
+
+/// Whether the slabs this thread moves on from stay open (they are sealed
+/// once it is off again and moves on once more). Open slabs cost memory
+/// and cache: a thread that keeps none reuses the same few slabs, hot in
+/// its cache, while one that keeps 64 open cycles through a megabyte
+/// (ring hops took 1.16x as long with every slab kept open). So only a
+/// thread whose messages pile up somewhere keeps them (`envelope.rs`).
+#[inline]
+pub(crate) fn keep_slabs_open(on: bool) {
+    let _ = NODES.try_with(|t| t.keep_open.set(on));
+}
+
+/// Whether `p` lies in a slab this thread carved from lately: one still
+/// open, or one of the last few it sealed. A hint only, for a sender that
+/// wonders whether its messages pile up (`envelope.rs`): a sealed slab may
+/// have been freed and reused by another thread since, so nothing at `p`
+/// may be read on the strength of it.
+#[inline]
+pub(crate) fn carved_here_lately(p: *const u8) -> bool {
+    let slab = p.map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount;
+    NODES.try_with(|t| t.carved_lately(slab)).unwrap_or(false)
+}
+
+/// Whether `p` lies in a slab this thread carved it from and has not
+/// sealed: memory that stays in place, written by this thread, even if
+/// the node there was freed (its slab is freed only once sealed).
+#[inline]
+pub(crate) fn in_open_slab(p: *const u8) -> bool {
+    let slab = p.map_addr(|a| a & !(SLAB - 1)) as *mut SlabCount;
+    NODES.try_with(|t| t.is_open(slab)).unwrap_or(false)
 }
 
 /// Lets this thread batch its frees until [`settle`]; for threads that run

@@ -364,6 +364,25 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// Enqueues a `tell` of `msg`, into this thread's run at the tail when
+    /// there is one for it (`envelope::tell_node`), and makes sure someone
+    /// will run the actor.
+    #[inline(always)]
+    pub(crate) fn enqueue_tell<M, K>(self: &Arc<Self>, msg: M)
+    where
+        M: crate::Message,
+        A: crate::runtime::envelope::Handles<M, K>,
+    {
+        use crate::runtime::envelope::Told;
+        match crate::runtime::envelope::tell_node::<A, M, K>(&self.mailbox, msg) {
+            // Queued behind the role's holder, who takes it (`mailbox.rs`,
+            // invariant 7).
+            Told::Appended => {}
+            // SAFETY: a fresh node for this actor type, given up here.
+            Told::Node(env) => unsafe { self.enqueue(env) },
+        }
+    }
+
     pub(crate) fn send_signal(self: &Arc<Self>, signal: Signal) {
         if let Some(route) = self.route() {
             crate::runtime::remote::route_signal(route, self.id, signal);
@@ -419,6 +438,52 @@ impl<A: Actor> ActorCell<A> {
                 if !self.release() {
                     return;
                 }
+            }
+        }
+    }
+
+    /// Discards every message left in a node the mailbox handed out (one,
+    /// or a run's), each a dead letter for `reason`. The pop freed one
+    /// bounded-mailbox slot; each further message of a run frees its own.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role; `env` was just handed out by
+    /// this cell's mailbox and none of its messages was taken since.
+    pub(super) unsafe fn discard_queued_node(
+        &self,
+        env: *mut Envelope<A>,
+        reason: crate::runtime::dead_letters::DeadLetterReason,
+    ) {
+        // SAFETY: contract; a run holds `left` more after each discard.
+        unsafe {
+            loop {
+                let name = Envelope::discard_queued(env);
+                self.system.dead_letters.record(self.id, name, reason);
+                if Envelope::left_after_take(env) == 0 {
+                    return;
+                }
+                if let Some(bound) = self.config.as_ref().and_then(|c| c.bound.as_ref()) {
+                    bound.free();
+                }
+            }
+        }
+    }
+
+    /// After a panic in a run's handler: the run, the mailbox's dummy now,
+    /// still holds messages after the one that panicked, and becomes the
+    /// oldest node again, so they are handled (or discarded) in order, as
+    /// a message behind the one that panicked would be.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role, with no `Consumer` of the
+    /// mailbox alive.
+    #[cold]
+    unsafe fn take_run_again(&self) {
+        // SAFETY: contract; the dummy is a node the mailbox handed out.
+        unsafe {
+            let dummy = self.mailbox.dummy_node();
+            if !dummy.is_null() && Envelope::<A>::left_after_take(Envelope::from_link(dummy)) > 0 {
+                self.mailbox.take_dummy_again();
             }
         }
     }
@@ -809,8 +874,11 @@ impl<A: Actor> ActorCell<A> {
             // SAFETY: we hold the consumer role (caller), and no `Consumer`
             // of the mailbox is alive after the turn.
             let depth = unsafe {
-                self.mailbox
-                    .count_up_to(crate::runtime::observation::DEPTH_CAP)
+                self.mailbox.count_with(
+                    crate::runtime::observation::DEPTH_CAP,
+                    |node| Envelope::<A>::left_after_take(Envelope::from_link(node)),
+                    |node| Envelope::<A>::queued_messages(Envelope::from_link(node)),
+                )
             };
             stats.record_depth(depth, &live.epoch);
         } else if stats.has_depth() {
@@ -896,7 +964,7 @@ impl<A: Actor> ActorCell<A> {
                 let mut consumer = self.mailbox.consumer();
                 let mut spins = 0u32;
                 loop {
-                    let env = match consumer.pop() {
+                    let node = match consumer.pop() {
                         Pop::Data { node, retired } => {
                             // A signal sent before this message (or while
                             // the last one was handled) comes first: looked
@@ -908,19 +976,16 @@ impl<A: Actor> ActorCell<A> {
                                 break;
                             }
                             Self::free_retired(retired);
-                            let env = Envelope::from_link(node);
-                            if let Some(config) = config {
-                                if let Some(bound) = &config.bound {
-                                    bound.free();
-                                }
-                                // An actor past its deadline handles nothing
-                                // more (`deadline.rs`).
-                                if config.deadline.is_some() && self.past_deadline(&ctx) {
-                                    drop(consumer);
-                                    return self.stop_at_deadline(env, true);
-                                }
+                            node
+                        }
+                        // The rest of a run (`mailbox.rs`, invariant 7).
+                        Pop::Again(node) => {
+                            if !self.signals.looks_empty() {
+                                // SAFETY: the node that pop handed out.
+                                consumer.repeat(node);
+                                break;
                             }
-                            env
+                            node
                         }
                         Pop::Empty => return false,
                         // A producer is mid-push. Wait briefly; if it was
@@ -933,9 +998,23 @@ impl<A: Actor> ActorCell<A> {
                         }
                         Pop::Inconsistent => return false,
                     };
+                    let env = Envelope::from_link(node);
+                    if let Some(config) = config {
+                        if let Some(bound) = &config.bound {
+                            bound.free();
+                        }
+                        // An actor past its deadline handles nothing
+                        // more (`deadline.rs`).
+                        if config.deadline.is_some() && self.past_deadline(&ctx) {
+                            drop(consumer);
+                            return self.stop_at_deadline(env, true);
+                        }
+                    }
                     *left -= 1;
                     match Envelope::handle_queued(env, self.actor_mut(), &mut ctx) {
                         Handled::Done => {}
+                        // SAFETY: the run this loop's last pop handed out.
+                        Handled::Again => consumer.repeat(node),
                         Handled::Suspended(fut) => {
                             drop(consumer);
                             self.extras().suspended = Some(fut);
@@ -988,16 +1067,14 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: `env` is live and its message ours (this function's
         // contract); the rest of the contract is `begin_stop`'s.
         unsafe {
-            let name = if queued {
-                Envelope::<A>::discard_queued(env)
+            let reason = crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop;
+            if queued {
+                self.discard_queued_node(env, reason);
             } else {
-                Envelope::<A>::discard(env)
-            };
-            self.system.dead_letters.record(
-                self.id,
-                name,
-                crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
-            );
+                self.system
+                    .dead_letters
+                    .record(self.id, Envelope::<A>::discard(env), reason);
+            }
             self.begin_stop(ExitReason::Shutdown);
         }
         false
@@ -1014,7 +1091,8 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             match Envelope::handle(env, self.actor_mut(), ctx) {
-                Handled::Done => {}
+                // A node outside the mailbox is never a run.
+                Handled::Done | Handled::Again => {}
                 Handled::Suspended(fut) => {
                     self.extras().suspended = Some(fut);
                     self.after_user_code();
@@ -1156,8 +1234,12 @@ impl<A: Actor> ActorCell<A> {
         match turn {
             Ok(busy) => busy,
             Err(payload) => {
-                // SAFETY: as above.
-                unsafe { self.fail_from_panic(payload) };
+                // SAFETY: as above; the turn's `Consumer` was dropped by
+                // the unwind.
+                unsafe {
+                    self.take_run_again();
+                    self.fail_from_panic(payload);
+                }
                 false
             }
         }
@@ -1353,12 +1435,11 @@ impl<A: Actor> Drop for ActorCell<A> {
             if *self.has_actor.get() {
                 (*self.actor.get()).assume_init_drop();
             }
+            self.take_run_again();
             while let Pop::Data { node, retired } = self.mailbox.pop() {
                 Self::free_retired(retired);
-                let name = Envelope::<A>::discard_queued(Envelope::from_link(node));
-                self.system.dead_letters.record(
-                    self.id,
-                    name,
+                self.discard_queued_node(
+                    Envelope::from_link(node),
                     crate::runtime::dead_letters::DeadLetterReason::DiscardedAtStop,
                 );
             }

@@ -12,7 +12,7 @@
 
 use crate::api::actor::{AsyncHandler, Handler, Message};
 use crate::api::context::Context;
-use crate::primitives::mailbox::Link;
+use crate::primitives::mailbox::{Link, Queue, RunCount};
 use crate::primitives::nodes::{self, Placement};
 use std::alloc::Layout;
 use std::any::TypeId;
@@ -33,16 +33,34 @@ pub(crate) type Suspended = Pin<Box<dyn Future<Output = ()> + Send>>;
 pub(crate) enum Handled {
     Done,
     Suspended(Suspended),
+    /// The node is a run with messages left (`mailbox.rs`, invariant 7):
+    /// the mailbox hands it out again next. No payload: with one, the
+    /// value no longer fits two registers and every dispatch returns it
+    /// through memory.
+    Again,
 }
 
 /// Functions of one `(actor, message)` pair. `handle` and `discard` take
 /// the message out of the node; with `keep` set they leave the node's
 /// memory to the mailbox, which still links it (`mailbox.rs`, invariant 2)
 /// and later gives it to `free`.
+///
+/// A run (several `tell`s in one node, `mailbox.rs`, invariant 7) gives
+/// out one message per `handle` or `discard`; its `handle` says
+/// `Handled::Again` while messages are left, and `left` counts them.
 pub struct EnvelopeVTable<A: crate::Actor> {
     pub(crate) handle: unsafe fn(*mut Envelope<A>, &mut A, &mut Context<A>, bool) -> Handled,
     pub(crate) discard: unsafe fn(*mut Envelope<A>, bool) -> &'static str,
     pub(crate) free: unsafe fn(*mut Envelope<A>),
+    /// What the node is: one `TypeId` per actor, message, handler kind and
+    /// node shape. A sender compares it to find its own node or run of the
+    /// same message at a mailbox's tail ([`tell_node`]); unlike the
+    /// table's address, it can neither be shared by two kinds nor differ
+    /// for one.
+    pub(crate) kind: fn() -> TypeId,
+    /// For a run only: how many of its messages were not taken yet. Other
+    /// nodes hold one message.
+    pub(crate) left: Option<unsafe fn(*mut Envelope<A>) -> u32>,
 }
 
 /// The type-erased head of every message node.
@@ -168,6 +186,10 @@ pub enum Awaiting {}
 ///     const VTABLE_ASK: &'static EnvelopeVTable<A> = <A as Handles<Big, Immediate>>::VTABLE_ASK;
 ///     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> =
 ///         <A as Handles<Big, Immediate>>::VTABLE_ASK_ALONE;
+///     const VTABLE_RUN: Option<&'static EnvelopeVTable<A>> =
+///         <A as Handles<Big, Immediate>>::VTABLE_RUN;
+///     const VTABLE_RUN_SMALL: Option<&'static EnvelopeVTable<A>> =
+///         <A as Handles<Big, Immediate>>::VTABLE_RUN_SMALL;
 /// }
 /// ```
 #[diagnostic::on_unimplemented(
@@ -187,6 +209,13 @@ pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
     /// For an `ask`'s node allocated alone.
     #[doc(hidden)]
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<Self>;
+    /// For a run of `tell`s (`mailbox.rs`, invariant 7); none for a message
+    /// too large for runs, or an async handler.
+    #[doc(hidden)]
+    const VTABLE_RUN: Option<&'static EnvelopeVTable<Self>>;
+    /// For a sender's first, small run of `tell`s to an actor.
+    #[doc(hidden)]
+    const VTABLE_RUN_SMALL: Option<&'static EnvelopeVTable<Self>>;
 }
 
 /// The seal of [`Handles`]: a public trait in a private module, so no
@@ -203,21 +232,51 @@ impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
         handle: handle_sync::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
         free: free::<A, M, NoReply, false>,
+        kind: TypeId::of::<(A, M, Immediate, [(); 0])>,
+        left: None,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, NoReply, true>,
         discard: discard::<A, M, NoReply, true>,
         free: free::<A, M, NoReply, true>,
+        kind: TypeId::of::<(A, M, Immediate, [(); 1])>,
+        left: None,
     };
     const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, ReplyTo<M::Reply>, false>,
         discard: discard::<A, M, ReplyTo<M::Reply>, false>,
         free: free::<A, M, ReplyTo<M::Reply>, false>,
+        kind: TypeId::of::<(A, M, Immediate, [(); 2])>,
+        left: None,
     };
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, ReplyTo<M::Reply>, true>,
         discard: discard::<A, M, ReplyTo<M::Reply>, true>,
         free: free::<A, M, ReplyTo<M::Reply>, true>,
+        kind: TypeId::of::<(A, M, Immediate, [(); 3])>,
+        left: None,
+    };
+    const VTABLE_RUN: Option<&'static EnvelopeVTable<A>> = if runs_fit::<A, M>() {
+        Some(&EnvelopeVTable {
+            handle: handle_run::<A, M, true>,
+            discard: discard_run::<A, M, true>,
+            free: free_run::<A, M, true>,
+            kind: TypeId::of::<(A, M, Immediate, [(); 4])>,
+            left: Some(left_in_run::<A, M, true>),
+        })
+    } else {
+        None
+    };
+    const VTABLE_RUN_SMALL: Option<&'static EnvelopeVTable<A>> = if runs_fit::<A, M>() {
+        Some(&EnvelopeVTable {
+            handle: handle_run::<A, M, false>,
+            discard: discard_run::<A, M, false>,
+            free: free_run::<A, M, false>,
+            kind: TypeId::of::<(A, M, Immediate, [(); 5])>,
+            left: Some(left_in_run::<A, M, false>),
+        })
+    } else {
+        None
     };
 }
 
@@ -226,22 +285,35 @@ impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
         handle: handle_async::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
         free: free::<A, M, NoReply, false>,
+        kind: TypeId::of::<(A, M, Awaiting, [(); 0])>,
+        left: None,
     };
     const VTABLE_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, NoReply, true>,
         discard: discard::<A, M, NoReply, true>,
         free: free::<A, M, NoReply, true>,
+        kind: TypeId::of::<(A, M, Awaiting, [(); 1])>,
+        left: None,
     };
     const VTABLE_ASK: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, ReplyTo<M::Reply>, false>,
         discard: discard::<A, M, ReplyTo<M::Reply>, false>,
         free: free::<A, M, ReplyTo<M::Reply>, false>,
+        kind: TypeId::of::<(A, M, Awaiting, [(); 2])>,
+        left: None,
     };
     const VTABLE_ASK_ALONE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, ReplyTo<M::Reply>, true>,
         discard: discard::<A, M, ReplyTo<M::Reply>, true>,
         free: free::<A, M, ReplyTo<M::Reply>, true>,
+        kind: TypeId::of::<(A, M, Awaiting, [(); 3])>,
+        left: None,
     };
+    // An async handler's messages never go in runs: a handler suspended
+    // in the middle of a run would have to be resumed and the run taken
+    // up again.
+    const VTABLE_RUN: Option<&'static EnvelopeVTable<A>> = None;
+    const VTABLE_RUN_SMALL: Option<&'static EnvelopeVTable<A>> = None;
 }
 
 /// Where a node of this type lives. `alone` is part of the node's vtable,
@@ -352,6 +424,496 @@ unsafe fn free<A: crate::Actor, M: Message, R, const ALONE: bool>(p: *mut Envelo
     }
 }
 
+/// A run of `tell`s of one message type from one sender (`mailbox.rs`,
+/// invariant 7): [`RunHead`], then [`run_capacity`] slots, then the
+/// consumer's [`RunTaken`]. Always carved
+/// from the sender's slab and handled from the mailbox, one message per
+/// pop. A sender's first run to an actor is small (`LARGE` unset): many
+/// actors get a few messages at once (a parent the results of its
+/// children), and a full-size run for each would take the room of many
+/// nodes; only a sender that filled a run starts large ones.
+#[repr(C)]
+struct RunHead<A: crate::Actor> {
+    head: Envelope<A>,
+    count: RunCount,
+}
+
+/// The consumer's counts of a run, behind its slots: the consumer writes
+/// them at every take, and in the head's line they would take that line
+/// away from the sender that links its next node there, while the
+/// consumer waits for that link (decision 0053). Behind the slots they
+/// share a line only with slots that are written before the close.
+#[repr(C)]
+struct RunTaken {
+    /// How many messages were taken.
+    taken: u32,
+    /// How many it holds, fixed at its close (the first take).
+    end: u32,
+}
+
+/// A run starts a cache line: its head's line is shared by no node before
+/// it.
+const RUN_ALIGN: usize = 64;
+
+/// One message of a run.
+#[repr(C)]
+struct RunSlot<M> {
+    msg: M,
+    sender: SenderSpan,
+}
+
+/// Bytes of messages a run holds: a run of `u64`s holds 64 of them in 544
+/// bytes, 576 with the alignment, 9 bytes a message (decision 0053).
+const RUN_BYTES: usize = 512;
+/// Messages a run holds at most (a run of empty messages would otherwise
+/// hold without end).
+const RUN_SLOTS_MAX: usize = 512;
+/// A message type whose runs would hold fewer is not sent in runs: a run
+/// would save too little of a node's head to be worth its header.
+const RUN_SLOTS_MIN: usize = 4;
+
+/// How many messages of `M` a run holds: a large one, and a small one,
+/// an eighth of it (at least [`RUN_SLOTS_MIN`]).
+const fn run_capacity<M, const LARGE: bool>() -> usize {
+    let size = std::mem::size_of::<RunSlot<M>>();
+    let large = if size == 0 || RUN_BYTES / size > RUN_SLOTS_MAX {
+        RUN_SLOTS_MAX
+    } else {
+        RUN_BYTES / size
+    };
+    if LARGE || large <= RUN_SLOTS_MIN {
+        large
+    } else if large / 8 < RUN_SLOTS_MIN {
+        RUN_SLOTS_MIN
+    } else {
+        large / 8
+    }
+}
+
+/// Where a run's first slot starts.
+const fn run_slots_at<A: crate::Actor, M>() -> usize {
+    let align = std::mem::align_of::<RunSlot<M>>();
+    (std::mem::size_of::<RunHead<A>>() + align - 1) & !(align - 1)
+}
+
+/// Where a run's [`RunTaken`] lies.
+const fn run_taken_at<A: crate::Actor, M, const LARGE: bool>() -> usize {
+    let end =
+        run_slots_at::<A, M>() + run_capacity::<M, LARGE>() * std::mem::size_of::<RunSlot<M>>();
+    let align = std::mem::align_of::<RunTaken>();
+    (end + align - 1) & !(align - 1)
+}
+
+/// The layout of a run of `M` for `A`.
+const fn run_layout<A: crate::Actor, M, const LARGE: bool>() -> Layout {
+    let size = run_taken_at::<A, M, LARGE>() + std::mem::size_of::<RunTaken>();
+    let slot = std::mem::align_of::<RunSlot<M>>();
+    match Layout::from_size_align(size, if RUN_ALIGN > slot { RUN_ALIGN } else { slot }) {
+        Ok(layout) => layout,
+        Err(_) => panic!("a run's size is at most a few KiB and its alignment a power of two"),
+    }
+}
+
+/// Whether `tell`s of `M` to `A` may go in runs: a run holds enough of
+/// them, fits a slab, and a `tell`'s own node lies in a slab too (so a
+/// sender can tell its own nodes by their slab, `nodes.rs`).
+const fn runs_fit<A: crate::Actor, M: Message>() -> bool {
+    let layout = run_layout::<A, M, true>();
+    run_capacity::<M, true>() >= RUN_SLOTS_MIN
+        && layout.size() <= nodes::MAX_RUN
+        && layout.align() <= 64
+        && matches!(placement::<A, M, NoReply>(false), Placement::Slab)
+}
+
+/// Slot `slot` of the run `p`.
+///
+/// # Safety
+/// `p` is a run of `M` for `A` (its memory in place) and `slot` below its
+/// capacity.
+#[inline]
+unsafe fn run_slot<A: crate::Actor, M>(p: *mut Envelope<A>, slot: u32) -> *mut RunSlot<M> {
+    // SAFETY: inside the run's allocation (contract and `run_layout`).
+    unsafe {
+        (p as *mut u8)
+            .add(run_slots_at::<A, M>() + slot as usize * std::mem::size_of::<RunSlot<M>>())
+            .cast()
+    }
+}
+
+/// The consumer's counts of the run `p`.
+///
+/// # Safety
+/// `p` is a run of `M` for `A` of this size (its memory in place).
+#[inline]
+unsafe fn run_taken<A: crate::Actor, M, const LARGE: bool>(p: *mut Envelope<A>) -> *mut RunTaken {
+    // SAFETY: inside the run's allocation (contract and `run_layout`).
+    unsafe { (p as *mut u8).add(run_taken_at::<A, M, LARGE>()).cast() }
+}
+
+/// A new run holding `msg` in its first slot. The caller owns it until it
+/// is pushed.
+fn build_run<A, M, K, const LARGE: bool>(
+    queue: &Queue,
+    vtable: &'static EnvelopeVTable<A>,
+    msg: M,
+) -> *mut Envelope<A>
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    let p = nodes::alloc(run_layout::<A, M, LARGE>(), Placement::Slab) as *mut RunHead<A>;
+    // SAFETY: fresh memory with the run's layout; field by field as in
+    // `build`; slot 0 is inside it.
+    unsafe {
+        std::ptr::addr_of_mut!((*p).head).write(Envelope {
+            link: Link::new(),
+            vtable,
+        });
+        std::ptr::addr_of_mut!((*p).count).write(RunCount::new());
+        run_taken::<A, M, LARGE>(p.cast()).write(RunTaken { taken: 0, end: 0 });
+        let slot = run_slot::<A, M>(p.cast(), 0);
+        std::ptr::addr_of_mut!((*slot).msg).write(msg);
+        std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
+    }
+    // Carved just now from this thread's slab, which is open.
+    nodes::remember(p as *mut u8, queue_key(queue));
+    p.cast()
+}
+
+/// Takes the next message out of a run the mailbox handed out, closing
+/// the run at the first (`mailbox.rs`, invariant 7); `true` with it if
+/// messages are left after it.
+///
+/// # Safety
+/// `p` is a queued run of `M` for `A`, handed out by the mailbox to the
+/// caller, its consumer, with messages left.
+#[inline]
+unsafe fn take_from_run<A: crate::Actor, M: Message, const LARGE: bool>(
+    p: *mut Envelope<A>,
+) -> (M, SenderSpan, bool) {
+    let run = p as *mut RunHead<A>;
+    // SAFETY: a live run (contract); `taken` and `end` are the consumer's,
+    // and the sender only reads `count` (an atomic) and the head. Each
+    // slot below `end` was published by the close's acquire and is read
+    // once.
+    unsafe {
+        let counts = run_taken::<A, M, LARGE>(p);
+        let taken = (*counts).taken;
+        let end = if taken == 0 {
+            let end = (*run).count.close();
+            (*counts).end = end;
+            end
+        } else {
+            (*counts).end
+        };
+        debug_assert!(taken < end);
+        (*counts).taken = taken + 1;
+        let at = run_slot::<A, M>(p, taken);
+        let msg = std::ptr::addr_of!((*at).msg).read();
+        let sender = std::ptr::addr_of!((*at).sender).read();
+        (msg, sender, taken + 1 < end)
+    }
+}
+
+/// The `left` of a run's vtable.
+///
+/// # Safety
+/// `p` is a run of `M` for `A` still queued or the dummy, and the caller
+/// its consumer.
+unsafe fn left_in_run<A: crate::Actor, M: Message, const LARGE: bool>(p: *mut Envelope<A>) -> u32 {
+    let run = p as *mut RunHead<A>;
+    // SAFETY: as in `take_from_run`.
+    unsafe {
+        let counts = run_taken::<A, M, LARGE>(p);
+        let taken = (*counts).taken;
+        if taken == 0 {
+            (*run).count.published()
+        } else {
+            (*counts).end - taken
+        }
+    }
+}
+
+/// The `handle` of a run's vtable: handles its next message.
+///
+/// # Safety
+/// As for [`take_from_run`], and `actor` and `ctx` as for
+/// [`Envelope::handle`].
+unsafe fn handle_run<A: Handler<M>, M: Message, const LARGE: bool>(
+    p: *mut Envelope<A>,
+    actor: &mut A,
+    ctx: &mut Context<A>,
+    keep: bool,
+) -> Handled {
+    debug_assert!(keep, "a run is only handled from the mailbox");
+    // Taken before the handler runs: if it panics, the run still says
+    // what is left, and the cell hands the rest out again (`cell.rs`).
+    // SAFETY: contract.
+    let (msg, _sender, more) = unsafe { take_from_run::<A, M, LARGE>(p) };
+    #[cfg(feature = "tracing")]
+    let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
+    A::handle(actor, msg, ctx);
+    if more {
+        Handled::Again
+    } else {
+        Handled::Done
+    }
+}
+
+/// The `discard` of a run's vtable: drops its next message.
+///
+/// # Safety
+/// As for [`take_from_run`].
+unsafe fn discard_run<A: crate::Actor, M: Message, const LARGE: bool>(
+    p: *mut Envelope<A>,
+    keep: bool,
+) -> &'static str {
+    debug_assert!(keep, "a run is only discarded from the mailbox");
+    // SAFETY: contract.
+    drop(unsafe { take_from_run::<A, M, LARGE>(p) });
+    std::any::type_name::<M>()
+}
+
+/// The `free` of a run's vtable.
+///
+/// # Safety
+/// As for [`free`]: a run whose messages were all taken.
+unsafe fn free_run<A: crate::Actor, M: Message, const LARGE: bool>(p: *mut Envelope<A>) {
+    // SAFETY: runs are always carved from a slab with this layout
+    // (`build_run`).
+    unsafe { nodes::free(p as *mut u8, run_layout::<A, M, LARGE>(), Placement::Slab) };
+}
+
+/// What a `tell` makes of its message: [`tell_node`].
+pub(crate) enum Told<A: crate::Actor> {
+    /// It went into this thread's open run in the mailbox: nothing to
+    /// push, and nobody to wake (`mailbox.rs`, invariant 7).
+    Appended,
+    /// A node (of one message, or a new run) to push.
+    Node(*mut Envelope<A>),
+}
+
+/// Places a `tell` of `msg` to the actor whose mailbox is `queue`. Only
+/// while this thread's messages pile up somewhere (`nodes::TAIL_LOOKS`)
+/// does it look for a run: the one it added to last, if that is for this
+/// actor and may be joined, else what lies at the tail. If that is its run
+/// of the same message and the actor has not reached it, the message goes
+/// in; if it is its last node of the same message, or its full run, its
+/// messages wait there and this one starts a run. Otherwise it gets a node
+/// of its own.
+#[inline(always)]
+pub(crate) fn tell_node<A, M, K>(queue: &Queue, msg: M) -> Told<A>
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    let (Some(run), Some(small)) = (A::VTABLE_RUN, A::VTABLE_RUN_SMALL) else {
+        return Told::Node(envelope::<A, M, K>(msg, None));
+    };
+    if nodes::TAIL_LOOKS.with(Cell::get) == 0 {
+        return Told::Node(envelope::<A, M, K>(msg, None));
+    }
+    // The common case while messages pile up: this thread's last run is
+    // for this actor, and it is still the tail. Only the tail says so: a
+    // run whose link is still null may have a push behind it whose link
+    // is not written yet, and behind that one a finished push of this
+    // sender's (from this thread, or from another that its task moved
+    // from), which an append would overtake. A swap of the tail after the
+    // run's push, ordered before this `tell`, is seen here (the tail never
+    // comes back to a node it left: a node is pushed once). So a sender
+    // appends only where its push would have gone (`mailbox.rs`,
+    // invariant 7).
+    let remembered = nodes::remembered_for(queue_key(queue));
+    if !remembered.is_null() {
+        if queue.tail_for_sender() != remembered as *mut Link {
+            // Another's message is behind the run, or the actor took it
+            // and went idle.
+            return looked((Told::Node(envelope::<A, M, K>(msg, None)), Seen::Nothing));
+        }
+        let node = remembered as *mut Envelope<A>;
+        // SAFETY: a remembered node lies in a slab this thread has not
+        // sealed (`nodes.rs`), as in `tell_at_tail`.
+        let vtable = unsafe { (*node).vtable };
+        // Equal tables have equal `kind`s, so the same address is the same
+        // kind (a copy of a table elsewhere only sends it the long way).
+        if std::ptr::eq(vtable, run) {
+            // SAFETY: a run of `M` for `A` of this size in this thread's
+            // open slab, which only this thread appends to.
+            return looked(unsafe { append::<A, M, K, true>(queue, node, run, msg) });
+        }
+        if std::ptr::eq(vtable, small) {
+            // SAFETY: as above.
+            return looked(unsafe { append::<A, M, K, false>(queue, node, run, msg) });
+        }
+    }
+    tell_at_tail::<A, M, K>(queue, msg)
+}
+
+/// [`tell_node`]'s look at `tail`, the mailbox's, when it is not the run
+/// this thread added to last. Out of line: a `tell` that does not look
+/// stays the code it was before runs.
+#[inline(never)]
+fn tell_at_tail<A, M, K>(queue: &Queue, msg: M) -> Told<A>
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    let (Some(run), Some(small)) = (A::VTABLE_RUN, A::VTABLE_RUN_SMALL) else {
+        return Told::Node(envelope::<A, M, K>(msg, None));
+    };
+    let tail = queue.tail_for_sender();
+    let seen = if tail.is_null() {
+        (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Idle)
+    } else if nodes::in_open_slab(tail as *const u8) {
+        let node = Envelope::<A>::from_link(tail);
+        // SAFETY: the node lies in a slab this thread carved it from and
+        // has not sealed, so its memory is in place even if its message
+        // was taken and the node freed, and its head is as this thread
+        // wrote it: every node in an `A`'s mailbox starts with an
+        // `Envelope<A>`, and nothing writes a node's vtable after it is
+        // built. The tables are statics.
+        let kind = unsafe { ((*node).vtable.kind)() };
+        if kind == (A::VTABLE.kind)() {
+            (
+                Told::Node(build_run::<A, M, K, false>(queue, small, msg)),
+                Seen::Waiting,
+            )
+        } else if kind == (small.kind)() {
+            // SAFETY: a run of `M` for `A` of this size in this thread's
+            // open slab (above), which only this thread appends to.
+            unsafe { append::<A, M, K, false>(queue, node, run, msg) }
+        } else if kind == (run.kind)() {
+            // SAFETY: as above.
+            unsafe { append::<A, M, K, true>(queue, node, run, msg) }
+        } else {
+            (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Nothing)
+        }
+    } else {
+        // In a slab this thread sealed lately: likely its own message
+        // still waiting (a sender telling many actors in turn comes back
+        // to each after a slab or more), which its next look will find in
+        // an open slab.
+        let seen = if nodes::carved_here_lately(tail as *const u8) {
+            Seen::Waiting
+        } else {
+            Seen::Nothing
+        };
+        (Told::Node(envelope::<A, M, K>(msg, None)), seen)
+    };
+    looked(seen)
+}
+
+/// Counts a look at the tail ([`nodes::TAIL_LOOKS`]) by what it found.
+#[inline]
+fn looked<A: crate::Actor>((told, seen): (Told<A>, Seen)) -> Told<A> {
+    nodes::TAIL_LOOKS.with(|looks| {
+        let left = match seen {
+            Seen::Growing => nodes::LOOKS_PER_SIGN,
+            Seen::Waiting => looks.get(),
+            Seen::Idle => looks.get().saturating_sub(LOOKS_PER_IDLE),
+            Seen::Nothing => looks.get().saturating_sub(LOOKS_PER_MISS),
+            Seen::Reached => 0,
+        };
+        looks.set(left);
+        if left == 0 {
+            // Nothing of this thread's waits any more: its slabs need not
+            // stay open (`nodes.rs`).
+            nodes::keep_slabs_open(false);
+        }
+    });
+    told
+}
+
+/// The looks a look that finds another's message at the tail spends: all
+/// of them. An actor many threads send to shows each of them the others'
+/// messages at its tail, where a run of one sender's would hardly grow,
+/// and each look there loads the line they all swap.
+const LOOKS_PER_MISS: u32 = nodes::LOOKS_PER_SIGN;
+/// The looks a look that finds an idle actor spends: 16 such in a row end
+/// the looking. A sender telling many actors in turn finds them idle until
+/// its first messages reach them; one whose messages to an actor that keeps
+/// up look piled up (a slab's count lags while the receiver's frees of it
+/// are batched) finds it idle at every message, and each look costs it a
+/// load.
+const LOOKS_PER_IDLE: u32 = nodes::LOOKS_PER_SIGN / 16;
+
+/// What a look at the tail found ([`tell_at_tail`]).
+enum Seen {
+    /// This thread's run there grows, or filled up: its next tells look
+    /// again, as many times as a sign buys.
+    Growing,
+    /// This thread's message waits there (a node, which starts a run, or
+    /// one in a slab it sealed lately): no look spent, none bought, since
+    /// two senders taking turns at the tail see that too.
+    Waiting,
+    /// An idle actor (or one that waits), whose mailbox is not appended
+    /// to: [`LOOKS_PER_IDLE`] looks spent.
+    Idle,
+    /// Another's message: [`LOOKS_PER_MISS`] looks spent.
+    Nothing,
+    /// The actor reached this thread's run while it was adding to it: the
+    /// actor keeps up, and a run gains nothing (its messages would be
+    /// taken as they come, with the run's count a line both threads
+    /// write). No more looks until the next sign (`nodes.rs`): a slab's
+    /// count can look piled up while the receiver's frees of it are still
+    /// batched.
+    Reached,
+}
+
+/// The address a sender keeps its last run under ([`nodes::remember`]):
+/// its mailbox's. Only compared; a mailbox freed and another at its address
+/// finds the old run closed (a mailbox's drop takes every message).
+#[inline]
+fn queue_key(queue: &Queue) -> usize {
+    queue.key()
+}
+
+/// Appends `msg` to the run `node` if the actor has not reached it and it
+/// has room; starts a large run if it is full.
+///
+/// # Safety
+/// `node` is a run of `M` for `A` of this size, in this thread's open slab
+/// (`nodes.rs`); this thread is its sender.
+#[inline]
+unsafe fn append<A, M, K, const LARGE: bool>(
+    queue: &Queue,
+    node: *mut Envelope<A>,
+    large: &'static EnvelopeVTable<A>,
+    msg: M,
+) -> (Told<A>, Seen)
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    let run = node as *mut RunHead<A>;
+    // SAFETY: contract: the count is in place, and an atomic.
+    let Some(count) = (unsafe { (*run).count.open_count() }) else {
+        return (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Reached);
+    };
+    if count as usize >= run_capacity::<M, LARGE>() {
+        return (
+            Told::Node(build_run::<A, M, K, true>(queue, large, msg)),
+            Seen::Growing,
+        );
+    }
+    // SAFETY: slot `count` is below the capacity and not published, so
+    // nobody reads it; if the append fails it never was, and the message
+    // is read back out once.
+    unsafe {
+        let slot = run_slot::<A, M>(node, count);
+        std::ptr::addr_of_mut!((*slot).msg).write(msg);
+        std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
+        if (*run).count.append(count) {
+            nodes::remember(node as *mut u8, queue_key(queue));
+            return (Told::Appended, Seen::Growing);
+        }
+        // The span (a `tracing::Span` with the feature on) is dropped.
+        let _sender = std::ptr::addr_of!((*slot).sender).read();
+        let msg = std::ptr::addr_of!((*slot).msg).read();
+        (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Reached)
+    }
+}
+
 impl<A: crate::Actor> Envelope<A> {
     pub(crate) fn as_link(p: *mut Envelope<A>) -> *mut Link {
         p as *mut Link
@@ -417,6 +979,29 @@ impl<A: crate::Actor> Envelope<A> {
     pub(crate) unsafe fn free_taken(p: *mut Envelope<A>) {
         // SAFETY: the head is intact after the take (contract).
         unsafe { ((*p).vtable.free)(p) }
+    }
+
+    /// How many messages of a node the mailbox handed out were not taken
+    /// yet: only a run's can be more than none.
+    ///
+    /// # Safety
+    /// `p` is a node of this actor type the mailbox handed out to the
+    /// caller, its consumer, and not retired yet.
+    #[inline]
+    pub(crate) unsafe fn left_after_take(p: *mut Envelope<A>) -> u32 {
+        // SAFETY: a live node (contract); a run's `left` reads only its
+        // counts.
+        unsafe { (*p).vtable.left.map_or(0, |left| left(p)) }
+    }
+
+    /// How many messages a queued node holds: one, or a run's.
+    ///
+    /// # Safety
+    /// `p` is a node of this actor type queued in the caller's mailbox,
+    /// whose consumer the caller is.
+    pub(crate) unsafe fn queued_messages(p: *mut Envelope<A>) -> u32 {
+        // SAFETY: as for `left_after_take`.
+        unsafe { (*p).vtable.left.map_or(1, |left| left(p)) }
     }
 
     /// Drops the node (its `ask` fails with `NoReply`); returns the message
@@ -659,5 +1244,159 @@ impl<A: crate::Actor> Drop for EnvelopeQueue<A> {
             // SAFETY: every pointer here is an owned, live node.
             unsafe { Envelope::discard(p) };
         }
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+    use crate::primitives::mailbox::Pop;
+    use std::cell::RefCell;
+
+    struct Receiver;
+    impl crate::Actor for Receiver {}
+
+    thread_local! {
+        static DROPPED: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A message whose drop is recorded, in order.
+    struct Probe(u64);
+    impl Drop for Probe {
+        fn drop(&mut self) {
+            DROPPED.with(|d| d.borrow_mut().push(self.0));
+        }
+    }
+    impl Message for Probe {
+        type Reply = ();
+    }
+    impl Handler<Probe> for Receiver {
+        fn handle(&mut self, _: Probe, _: &mut Context<Self>) {}
+    }
+
+    /// Tells `n` to `queue`, whose role the caller holds; how many were
+    /// appended to a run.
+    fn tell(queue: &Queue, n: std::ops::Range<u64>) -> usize {
+        let mut appended = 0;
+        for i in n {
+            match tell_node::<Receiver, Probe, Immediate>(queue, Probe(i)) {
+                Told::Appended => appended += 1,
+                // SAFETY: a fresh node; the role is held, so the push does
+                // not take it.
+                Told::Node(env) => assert!(!unsafe { queue.push(Envelope::as_link(env)) }),
+            }
+        }
+        appended
+    }
+
+    /// Discards everything queued, one message at a time as the cell does;
+    /// how many nodes held them.
+    fn drain(queue: &Queue) -> usize {
+        let mut nodes = 0;
+        // SAFETY: the test holds the role; every node is a `Receiver`'s,
+        // and each is retired once.
+        unsafe {
+            let mut consumer = queue.consumer();
+            loop {
+                let node = match consumer.pop() {
+                    Pop::Data { node, retired } => {
+                        if !retired.is_null() {
+                            Envelope::<Receiver>::free_taken(Envelope::from_link(retired));
+                        }
+                        node
+                    }
+                    Pop::Again(node) => node,
+                    _ => break,
+                };
+                let env = Envelope::<Receiver>::from_link(node);
+                Envelope::discard_queued(env);
+                if Envelope::left_after_take(env) > 0 {
+                    consumer.repeat(node);
+                } else {
+                    nodes += 1;
+                }
+            }
+        }
+        nodes
+    }
+
+    fn free_dummy(queue: &Queue) {
+        // SAFETY: everything was popped; the queue is not used again.
+        let dummy = unsafe { queue.take_dummy() };
+        if !dummy.is_null() {
+            // SAFETY: its messages were all taken.
+            unsafe { Envelope::<Receiver>::free_taken(Envelope::from_link(dummy)) };
+        }
+    }
+
+    fn dropped() -> Vec<u64> {
+        DROPPED.with(|d| std::mem::take(&mut *d.borrow_mut()))
+    }
+
+    /// Once this thread's messages are seen to pile up, its tells to an
+    /// actor that has not reached them go into runs, and come out one at
+    /// a time, in the order sent, each once.
+    #[test]
+    fn piled_up_tells_go_in_runs_and_come_out_in_order() {
+        nodes::TAIL_LOOKS.with(|l| l.set(nodes::LOOKS_PER_SIGN));
+        nodes::keep_slabs_open(true);
+        let queue = Queue::new();
+        const N: u64 = 1_000;
+        let appended = tell(&queue, 0..N);
+        // One node, a small run, then large runs of 64.
+        assert!(appended as u64 >= N - 2 - N / 64 - 1, "{appended} appended");
+        let nodes = drain(&queue);
+        assert_eq!(nodes, N as usize - appended, "one node per run or message");
+        free_dummy(&queue);
+        assert_eq!(dropped(), (0..N).collect::<Vec<_>>());
+    }
+
+    /// A run the consumer has taken from takes no more messages: the next
+    /// tell gets a node behind it, and order holds.
+    #[test]
+    fn a_run_reached_by_the_consumer_takes_no_more() {
+        nodes::TAIL_LOOKS.with(|l| l.set(nodes::LOOKS_PER_SIGN));
+        nodes::keep_slabs_open(true);
+        let queue = Queue::new();
+        assert_eq!(tell(&queue, 0..5), 3, "a node, then a run of four");
+        // SAFETY: the test holds the role; the nodes are `Receiver`'s.
+        unsafe {
+            let mut consumer = queue.consumer();
+            let Pop::Data { node, retired } = consumer.pop() else {
+                panic!("a node is queued");
+            };
+            assert!(retired.is_null());
+            Envelope::discard_queued(Envelope::<Receiver>::from_link(node));
+            let Pop::Data { node, retired } = consumer.pop() else {
+                panic!("the run is queued");
+            };
+            Envelope::<Receiver>::free_taken(Envelope::from_link(retired));
+            let run = Envelope::<Receiver>::from_link(node);
+            assert_eq!(Envelope::queued_messages(run), 4);
+            Envelope::discard_queued(run);
+            assert_eq!(Envelope::left_after_take(run), 3);
+            consumer.repeat(node);
+        }
+        assert_eq!(dropped(), vec![0, 1]);
+        // The run is closed: 5 gets a node behind it (a message let into
+        // the closed run would never come out), and as the actor keeps up
+        // with this thread, its next tells stop looking.
+        assert_eq!(tell(&queue, 5..8), 0);
+        assert_eq!(nodes::TAIL_LOOKS.with(Cell::get), 0);
+        drain(&queue);
+        free_dummy(&queue);
+        assert_eq!(dropped(), (2..8).collect::<Vec<_>>());
+    }
+
+    /// Without a sign that its messages pile up a thread never looks at
+    /// the tail: every tell is a node of its own.
+    #[test]
+    fn without_a_sign_every_tell_is_a_node() {
+        nodes::TAIL_LOOKS.with(|l| l.set(0));
+        let queue = Queue::new();
+        assert_eq!(tell(&queue, 0..100), 0);
+        assert_eq!(drain(&queue), 100);
+        free_dummy(&queue);
+        assert_eq!(dropped(), (0..100).collect::<Vec<_>>());
     }
 }

@@ -41,6 +41,8 @@ impl<A: Actor> MarkerVTable for A {
         handle: handle_marker::<A>,
         discard: discard_marker::<A>,
         free: free_marker::<A>,
+        kind: std::any::TypeId::of::<Marker<A>>,
+        left: None,
     };
 }
 

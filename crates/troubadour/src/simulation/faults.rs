@@ -41,6 +41,8 @@ impl<A: crate::Actor> InjectedVTable for A {
         handle: handle_injected::<A>,
         discard: discard_injected::<A>,
         free: free_injected::<A>,
+        kind: std::any::TypeId::of::<Injected<A>>,
+        left: None,
     };
 }
 

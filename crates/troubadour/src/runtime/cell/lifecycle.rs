@@ -604,12 +604,10 @@ impl<A: Actor> ActorCell<A> {
                     Pop::Data { node, retired } => {
                         Self::free_retired(retired);
                         let env = self.popped(node);
-                        self.system.dead_letters.record(
-                            self.id,
-                            Envelope::discard_queued(env),
-                            reason,
-                        );
+                        self.discard_queued_node(env, reason);
                     }
+                    // Only a `Consumer` hands a node out again.
+                    Pop::Again(node) => self.discard_queued_node(self.popped(node), reason),
                     Pop::Empty => return,
                     Pop::Inconsistent => std::thread::yield_now(),
                 }
