@@ -246,7 +246,9 @@ impl Queue {
     }
 
     /// The queue's address, which names it while it lives: a sender keeps
-    /// its last run under it (`nodes.rs`).
+    /// its last run under it (`nodes.rs`). Only compared; a queue freed and
+    /// another at its address finds the old run closed (a mailbox's drop
+    /// takes every message).
     #[inline]
     pub fn key(&self) -> usize {
         self as *const Queue as usize

@@ -576,7 +576,7 @@ where
         std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
     }
     // Carved just now from this thread's slab, which is open.
-    nodes::remember(p as *mut u8, queue_key(queue));
+    nodes::remember(p as *mut u8, queue.key());
     p.cast()
 }
 
@@ -723,7 +723,7 @@ where
     // comes back to a node it left: a node is pushed once). So a sender
     // appends only where its push would have gone (`mailbox.rs`,
     // invariant 7).
-    let remembered = nodes::remembered_for(queue_key(queue));
+    let remembered = nodes::remembered_for(queue.key());
     if !remembered.is_null() {
         if queue.tail_for_sender() != remembered as *mut Link {
             // Another's message is behind the run, or the actor took it
@@ -781,10 +781,14 @@ where
         } else if kind == (small.kind)() {
             // SAFETY: a run of `M` for `A` of this size in this thread's
             // open slab (above), which only this thread appends to.
-            unsafe { append::<A, M, K, false>(queue, node, run, msg) }
+            remember_appended(queue, node, unsafe {
+                append::<A, M, K, false>(queue, node, run, msg)
+            })
         } else if kind == (run.kind)() {
             // SAFETY: as above.
-            unsafe { append::<A, M, K, true>(queue, node, run, msg) }
+            remember_appended(queue, node, unsafe {
+                append::<A, M, K, true>(queue, node, run, msg)
+            })
         } else {
             (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Nothing)
         }
@@ -801,6 +805,24 @@ where
         (Told::Node(envelope::<A, M, K>(msg, None)), seen)
     };
     looked(seen)
+}
+
+/// A run found at the tail that took `told`'s message becomes the one this
+/// thread remembers for the mailbox, so its next `tell` there finds it
+/// without asking which slab the tail lies in. A run that [`append`] starts
+/// remembers itself ([`build_run`]), and a remembered run needs no telling
+/// again: so only here, off the appends that follow.
+#[inline]
+fn remember_appended<A: crate::Actor>(
+    queue: &Queue,
+    node: *mut Envelope<A>,
+    told: (Told<A>, Seen),
+) -> (Told<A>, Seen) {
+    if matches!(told.0, Told::Appended) {
+        // The run lies in this thread's open slab (the caller's look).
+        nodes::remember(node as *mut u8, queue.key());
+    }
+    told
 }
 
 /// Counts a look at the tail ([`nodes::TAIL_LOOKS`]) by what it found.
@@ -860,14 +882,6 @@ enum Seen {
     Reached,
 }
 
-/// The address a sender keeps its last run under ([`nodes::remember`]):
-/// its mailbox's. Only compared; a mailbox freed and another at its address
-/// finds the old run closed (a mailbox's drop takes every message).
-#[inline]
-fn queue_key(queue: &Queue) -> usize {
-    queue.key()
-}
-
 /// Appends `msg` to the run `node` if the actor has not reached it and it
 /// has room; starts a large run if it is full.
 ///
@@ -904,7 +918,6 @@ where
         std::ptr::addr_of_mut!((*slot).msg).write(msg);
         std::ptr::addr_of_mut!((*slot).sender).write(sender_span());
         if (*run).count.append(count) {
-            nodes::remember(node as *mut u8, queue_key(queue));
             return (Told::Appended, Seen::Growing);
         }
         // The span (a `tracing::Span` with the feature on) is dropped.
