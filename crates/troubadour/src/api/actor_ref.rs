@@ -245,6 +245,17 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handles<M, K>,
     {
+        self.tell_inline(msg)
+    }
+
+    /// [`tell`](Self::tell), inlined into a `Recipient`'s send, so a send
+    /// through one costs one call (its own), not two.
+    #[inline(always)]
+    fn tell_inline<M, K>(&self, msg: M) -> Result<(), SendError<M>>
+    where
+        M: Message,
+        A: Handles<M, K>,
+    {
         if self.cell.closed_or_held() {
             return self.send_rare::<M, K>(msg, None, false);
         }
@@ -674,7 +685,7 @@ where
     K: 'static,
 {
     fn tell(&self, msg: M) -> Result<(), SendError<M>> {
-        self.actor.tell(msg)
+        self.actor.tell_inline(msg)
     }
     fn tell_system(&self, msg: M) -> Result<(), SendError<M>> {
         self.actor.tell_system(msg)

@@ -508,6 +508,7 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the consumer role, and hands it over with this
     /// call: it must not touch the actor's consumer state afterwards.
+    #[inline(always)]
     pub(crate) unsafe fn schedule(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {

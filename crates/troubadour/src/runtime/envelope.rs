@@ -360,6 +360,17 @@ fn build<A: crate::Actor, M: Message, R>(
     vtable: &'static EnvelopeVTable<A>,
     alone: bool,
 ) -> *mut Envelope<A> {
+    build_inline(msg, reply, vtable, alone)
+}
+
+/// [`build`], inlined into its caller.
+#[inline(always)]
+fn build_inline<A: crate::Actor, M: Message, R>(
+    msg: M,
+    reply: R,
+    vtable: &'static EnvelopeVTable<A>,
+    alone: bool,
+) -> *mut Envelope<A> {
     let p = nodes::alloc(Layout::new::<Typed<A, M, R>>(), placement::<A, M, R>(alone))
         as *mut Typed<A, M, R>;
     // SAFETY: fresh memory with the node's size and alignment. Field by
@@ -711,7 +722,14 @@ where
         return Told::Node(envelope::<A, M, K>(msg, None));
     };
     if nodes::TAIL_LOOKS.with(Cell::get) == 0 {
-        return Told::Node(envelope::<A, M, K>(msg, None));
+        // The common case, a node of its own: built in place, as a call
+        // would cost the send a frame of its own.
+        return Told::Node(build_inline::<A, M, NoReply>(
+            msg,
+            NoReply,
+            A::VTABLE,
+            false,
+        ));
     }
     // The common case while messages pile up: this thread's last run is
     // for this actor, and it is still the tail. Only the tail says so: a

@@ -551,36 +551,52 @@ impl Scheduler {
 }
 
 impl Shared {
+    /// Inlined: the common case, a turn on one of this scheduler's workers
+    /// waking an actor into the worker's empty slot, is a few loads and
+    /// stores; the rest is out of line.
+    ///
     /// # Safety
     /// As for [`Scheduler::schedule`].
+    #[inline(always)]
     unsafe fn schedule(self: &Arc<Self>, task: Task) {
-        let mut task = Some(task);
-        CURRENT.with(|c| {
-            let local = c.get();
-            // SAFETY: a non-null pointer is the current worker's own local,
-            // alive for the whole worker loop.
-            if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, Arc::as_ptr(self)) {
-                if let Some(t) = task.take() {
-                    // SAFETY: as above.
-                    let local = unsafe { &*local };
-                    if let Err(t) = self.next[local.me].put(t) {
-                        local.deque.push(t);
-                    }
-                }
+        let local = CURRENT.with(Cell::get);
+        // SAFETY: a non-null pointer is the current worker's own local,
+        // alive for the whole worker loop.
+        if !local.is_null() && std::ptr::eq(unsafe { (*local).shared }, Arc::as_ptr(self)) {
+            // SAFETY: as above.
+            let local = unsafe { &*local };
+            match self.next[local.me].put(task) {
+                Ok(()) => self.wake_one(),
+                Err(t) => Self::push_local(self, local, t),
             }
-        });
-        if let Some(t) = task {
-            // Off the workers, a thread delivering what it read from the
-            // network may keep the actor to run itself (`arrivals.rs`).
-            match arrivals::keep(self, t) {
-                Some(t) => self.injector.push(t),
-                None => return,
-            }
+        } else {
+            // SAFETY: the role goes with the task (contract).
+            unsafe { self.schedule_from_elsewhere(task) }
         }
+    }
+
+    /// [`schedule`](Self::schedule) on a worker whose slot is taken.
+    #[inline(never)]
+    fn push_local(&self, local: &WorkerLocal, task: Task) {
+        local.deque.push(task);
         self.wake_one();
     }
 
-    #[inline]
+    /// [`schedule`](Self::schedule) off this scheduler's workers.
+    ///
+    /// # Safety
+    /// As for `schedule`.
+    #[inline(never)]
+    unsafe fn schedule_from_elsewhere(self: &Arc<Self>, task: Task) {
+        // Off the workers, a thread delivering what it read from the
+        // network may keep the actor to run itself (`arrivals.rs`).
+        if let Some(t) = arrivals::keep(self, task) {
+            self.injector.push(t);
+            self.wake_one();
+        }
+    }
+
+    #[inline(always)]
     fn wake_one(&self) {
         if let Some(i) = self.idle.worker_to_wake() {
             self.unparkers[i].unpark();
@@ -637,10 +653,31 @@ impl Shared {
         }
     }
 
+    /// The next task for this worker. Most turns end with the next actor
+    /// in this worker's slot (the one the turn's last send woke), and that
+    /// case is inlined into the worker's loop; every other source, in the
+    /// order below, is out of line.
+    #[inline(always)]
     fn find_task(&self, local: &WorkerLocal, tick: &mut u32, streak: &mut u32) -> Option<Task> {
-        let (me, deque) = (local.me, &local.deque);
         *tick = tick.wrapping_add(1);
-        if *tick % GLOBAL_QUEUE_INTERVAL == 0 {
+        if *tick % GLOBAL_QUEUE_INTERVAL != 0 && *streak < SLOT_STREAK {
+            if let Some(t) = self.next[local.me].take_own() {
+                *streak += 1;
+                return Some(t);
+            }
+        }
+        self.find_task_anywhere(local, *tick, streak)
+    }
+
+    /// Where [`find_task`](Self::find_task) looks when the slot is not its
+    /// answer: the global queue every `GLOBAL_QUEUE_INTERVAL` ticks, this
+    /// worker's oldest task after `SLOT_STREAK` turns from the slot, the
+    /// slot, the deque, the global queue, what yielded, then the others'
+    /// deques.
+    #[inline(never)]
+    fn find_task_anywhere(&self, local: &WorkerLocal, tick: u32, streak: &mut u32) -> Option<Task> {
+        let (me, deque) = (local.me, &local.deque);
+        if tick % GLOBAL_QUEUE_INTERVAL == 0 {
             if let Some(t) = steal_one(&self.injector) {
                 return Some(t);
             }
@@ -819,23 +856,28 @@ fn run_worker(
 /// # Safety
 /// The caller holds the task's consumer role (it took the task out of a
 /// run queue); with `Again` the role goes back into this worker's queue.
-#[inline]
+#[inline(always)]
 unsafe fn run_task(shared: &Shared, local: &WorkerLocal, task: Task) {
     // SAFETY: we hold the role (contract).
     let turn = unsafe { task.run_turn(shared.budget) };
     local.turn_end.run();
     if let Turn::Again(task) = turn {
-        // Out of budget with more to do: behind everything else this
-        // worker has, but still on this worker.
-        local.yielded.push(task);
-        // This worker runs its slot, its deque and the global queue before
-        // what yielded; if any has work, the yielded actor would wait
-        // behind it (for as long as that turn takes), so a sleeper is woken
-        // to take one or the other. Otherwise this worker takes it back
-        // next, on the same core.
-        if shared.next[local.me].is_full() || !local.deque.is_empty() || !shared.injector.is_empty()
-        {
-            shared.wake_one();
-        }
+        yielded(shared, local, task);
+    }
+}
+
+/// A task out of budget with more to do: behind everything else this
+/// worker has, but still on this worker. Out of line: `run_task` is
+/// inlined into the worker's loop, and most turns end idle.
+#[inline(never)]
+fn yielded(shared: &Shared, local: &WorkerLocal, task: Task) {
+    local.yielded.push(task);
+    // This worker runs its slot, its deque and the global queue before
+    // what yielded; if any has work, the yielded actor would wait behind
+    // it (for as long as that turn takes), so a sleeper is woken to take
+    // one or the other. Otherwise this worker takes it back next, on the
+    // same core.
+    if shared.next[local.me].is_full() || !local.deque.is_empty() || !shared.injector.is_empty() {
+        shared.wake_one();
     }
 }

@@ -20,12 +20,24 @@ impl<A: Actor> ActorCell<A> {
     /// # Safety
     /// The caller holds the actor's consumer role (`mailbox.rs`): it took
     /// it and has not given it up, or owns the cell through a `LocalActor`.
+    #[inline(always)]
     pub(super) unsafe fn process_signals(self: &Arc<Self>) {
+        // Nearly every turn finds none: the check stays in the turn, the
+        // work (and its frame) out of line.
+        if !self.signals.looks_empty() {
+            // SAFETY: as for this function (its contract).
+            unsafe { self.process_queued_signals() }
+        }
+    }
+
+    /// [`process_signals`](Self::process_signals) once some are queued.
+    ///
+    /// # Safety
+    /// As for `process_signals`.
+    #[inline(never)]
+    unsafe fn process_queued_signals(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
-            if self.signals.looks_empty() {
-                return;
-            }
             let mut node = self.signals.take_all();
             while !node.is_null() {
                 let next = SignalStack::next_of(node);

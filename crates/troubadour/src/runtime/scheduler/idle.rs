@@ -188,6 +188,11 @@ impl Idle {
     /// Called after new work became visible: the sleeping worker to unpark,
     /// if no worker is searching and one sleeps. Taken off the list, so two
     /// wakers wake two workers.
+    ///
+    /// Inlined into every send that schedules an actor: with a worker
+    /// asleep nowhere (a busy system), the answer is two loads; the rest
+    /// is out of line.
+    #[inline(always)]
     pub fn worker_to_wake(&self) -> Option<usize> {
         if self.asymmetric.load(Ordering::Relaxed) {
             // The push stays before this read in the program; the
@@ -197,6 +202,13 @@ impl Idle {
                 return None;
             }
         }
+        self.sleeper_to_wake()
+    }
+
+    /// [`worker_to_wake`](Self::worker_to_wake) past its check with no
+    /// fence.
+    #[inline(never)]
+    fn sleeper_to_wake(&self) -> Option<usize> {
         fence(Ordering::SeqCst);
         if self.num_searching.load(Ordering::SeqCst) != 0
             || self.num_sleeping.load(Ordering::SeqCst) == 0
