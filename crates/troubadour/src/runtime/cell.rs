@@ -938,7 +938,7 @@ impl<A: Actor> ActorCell<A> {
             let mut ctx = self.context();
             while *left > 0 {
                 if !self.signals.looks_empty() {
-                    self.process_signals();
+                    self.process_queued_signals();
                     if self.phase() != Phase::Running {
                         return false;
                     }

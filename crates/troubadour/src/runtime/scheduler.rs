@@ -567,7 +567,7 @@ impl Shared {
             let local = unsafe { &*local };
             match self.next[local.me].put(task) {
                 Ok(()) => self.wake_one(),
-                Err(t) => Self::push_local(self, local, t),
+                Err(t) => self.push_local(local, t),
             }
         } else {
             // SAFETY: the role goes with the task (contract).

@@ -30,12 +30,13 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
-    /// [`process_signals`](Self::process_signals) once some are queued.
+    /// [`process_signals`](Self::process_signals) for a caller that saw
+    /// the stack non-empty.
     ///
     /// # Safety
     /// As for `process_signals`.
     #[inline(never)]
-    unsafe fn process_queued_signals(self: &Arc<Self>) {
+    pub(super) unsafe fn process_queued_signals(self: &Arc<Self>) {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
             let mut node = self.signals.take_all();

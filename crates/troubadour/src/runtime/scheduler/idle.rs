@@ -189,9 +189,9 @@ impl Idle {
     /// if no worker is searching and one sleeps. Taken off the list, so two
     /// wakers wake two workers.
     ///
-    /// Inlined into every send that schedules an actor: with a worker
-    /// asleep nowhere (a busy system), the answer is two loads; the rest
-    /// is out of line.
+    /// Inlined into every send that schedules an actor: while no worker
+    /// sleeps (a busy system) the answer is two loads; the rest is out of
+    /// line.
     #[inline(always)]
     pub fn worker_to_wake(&self) -> Option<usize> {
         if self.asymmetric.load(Ordering::Relaxed) {
@@ -205,8 +205,8 @@ impl Idle {
         self.sleeper_to_wake()
     }
 
-    /// [`worker_to_wake`](Self::worker_to_wake) past its check with no
-    /// fence.
+    /// [`worker_to_wake`](Self::worker_to_wake) once a worker may sleep
+    /// (or off Linux, where every waker fences).
     #[inline(never)]
     fn sleeper_to_wake(&self) -> Option<usize> {
         fence(Ordering::SeqCst);
