@@ -110,7 +110,7 @@ pub fn measure() -> Result<f64, String> {
                 spins = spins.wrapping_add(1);
                 // The clock is read rarely: it would be most of a near
                 // round trip.
-                if spins % 4096 == 0 && Instant::now() > deadline {
+                if spins.is_multiple_of(4096) && Instant::now() > deadline {
                     break 'batches;
                 }
             }
