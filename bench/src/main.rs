@@ -7,8 +7,7 @@
 //!  "peak_rss_bytes":..,"bytes_per_actor":..|null[,"bytes_per_message":..,"fill_ms":..][,"error":".."]}
 //! ```
 //!
-//! `troubadour-bench list` prints the implementation names, one a line;
-//! `troubadour-bench core-latency` the machine's core-to-core round trip.
+//! `troubadour-bench list` prints the implementation names, one a line.
 //! The exit status is 0 when the run was ok, 1 when it was not, 2 on bad
 //! usage, 3 when it ran past its time limit.
 
@@ -19,7 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 mod cluster;
-mod core_latency;
 mod impls;
 mod measure;
 mod persist;
@@ -40,8 +38,7 @@ const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] 
 workloads: counting pingpong skynet fanin rings rings-hops idle direct pi backlog
            remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
            cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)
-           persist --store sqlite|postgres [--dir D] (event-sourced actors, group commit, floor beside)
-       troubadour-bench core-latency [--json] (the machine's core-to-core round trip, decision 0058)";
+           persist --store sqlite|postgres [--dir D] (event-sourced actors, group commit, floor beside)";
 
 struct Args {
     workload: Workload,
@@ -227,9 +224,6 @@ fn main() -> ExitCode {
     }
     if all.first().map(String::as_str) == Some("persist") {
         return persist::main(all);
-    }
-    if all.first().map(String::as_str) == Some("core-latency") {
-        return core_latency::main(&all);
     }
     let mut argv = std::env::args().skip(1);
     if argv.next().as_deref() == Some("list") {

@@ -1,6 +1,7 @@
-//! `troubadour-bench core-latency [--json]`: how long a cache line takes to
-//! go from one core to another and back, measured between the first two
-//! CPUs this process may run on.
+//! `core-latency [--json]`: how long a cache line takes to go from one core
+//! to another and back, measured between the first two CPUs this process
+//! may run on. A binary of its own, so that adding it changed no code of
+//! `troubadour-bench`, whose workloads it sits beside.
 //!
 //! Every workload that passes messages between cores pays this transfer,
 //! and on a virtual machine it is not a constant: the host may place the
@@ -65,7 +66,7 @@ fn pin(cpu: usize) -> bool {
 
 /// The median round trip in nanoseconds, or why it could not be measured.
 /// Pins the calling thread: run it in a process of its own.
-pub fn measure() -> Result<f64, String> {
+fn measure() -> Result<f64, String> {
     let (a, b) = two_cpus().ok_or("fewer than two CPUs to run on")?;
     if !pin(a) {
         return Err(format!("could not pin a thread to CPU {a}"));
@@ -135,9 +136,9 @@ pub fn measure() -> Result<f64, String> {
     Ok(batches[BATCHES / 2])
 }
 
-/// The subcommand: one line, JSON with `--json`.
-pub fn main(args: &[String]) -> std::process::ExitCode {
-    let json = args.iter().any(|a| a == "--json");
+/// One line, JSON with `--json`.
+fn main() -> std::process::ExitCode {
+    let json = std::env::args().skip(1).any(|a| a == "--json");
     match measure() {
         Ok(ns) if json => println!("{{\"ok\":true,\"core_rtt_ns\":{ns:.1}}}"),
         Ok(ns) => println!("core-to-core round trip: {ns:.1} ns"),
