@@ -8,8 +8,8 @@
 //! VM's two vCPUs on cores that share a cache or on cores that do not, and
 //! may move them while the suite runs. On the 2-core AMD EPYC VM of
 //! 2026-12-06 the round trip switched between about 100 ns and about
-//! 460 ns every few seconds to minutes, and fan-in, counting and pingpong
-//! took 1.5–1.9× as long in the slow placement (decision 0058). `bench/run`
+//! 460 ns every few seconds to minutes, and fan-in took about 1.9× as long
+//! in the slow placement (decision 0058). `bench/run`
 //! runs this before every measured run and keeps the figure beside it, so
 //! a reader can tell a slow run of the runtime from a slow placement of
 //! the machine.
