@@ -441,7 +441,7 @@ fn a_sender_joins_its_run_only_at_the_tail() {
             let n = run as *mut RunModelNode;
             // SAFETY: our run, whose memory stays until the model ends.
             let appended = s.queue.tail_for_sender() == run
-                && unsafe { (*n).count.open_count() } == Some(1)
+                && unsafe { (*n).count.open_count() } == Ok(1)
                 && {
                     // SAFETY: slot 1 is not published: nobody reads it.
                     unsafe { (*n).slots[1].with_mut(|p| *p = 4) };
@@ -518,7 +518,7 @@ fn an_append_races_the_consumers_close() {
             let n = run as *mut RunModelNode;
             // SAFETY: our run, whose memory stays until the model ends.
             let appended = s.queue.tail_for_sender() == run
-                && unsafe { (*n).count.open_count() } == Some(1)
+                && unsafe { (*n).count.open_count() } == Ok(1)
                 && {
                     // SAFETY: slot 1 is not published: nobody reads it.
                     unsafe { (*n).slots[1].with_mut(|p| *p = 2) };

@@ -590,14 +590,18 @@ impl RunCount {
         }
     }
 
-    /// For the run's sender: how many slots it published, or `None` if
-    /// the consumer closed the run. Only the sender raises the count, so it
-    /// reads its own last value; a close it does not see yet fails
-    /// [`append`](Self::append).
+    /// For the run's sender: how many slots it published, or, as the
+    /// error, how many the run held when the consumer closed it. Only the
+    /// sender raises the count, so it reads its own last value; a close it
+    /// does not see yet fails [`append`](Self::append).
     #[inline]
-    pub fn open_count(&self) -> Option<u32> {
+    pub fn open_count(&self) -> Result<u32, u32> {
         let count = self.count.load(Ordering::Relaxed);
-        (count & RUN_CLOSED == 0).then_some(count)
+        if count & RUN_CLOSED == 0 {
+            Ok(count)
+        } else {
+            Err(count & !RUN_CLOSED)
+        }
     }
 
     /// For the run's sender, after writing slot `count` (its last

@@ -239,6 +239,10 @@ struct ThreadNodes {
     /// Whether a slab this thread moves on from is kept open
     /// ([`keep_slabs_open`]).
     keep_open: Cell<bool>,
+    /// Slabs left to seal before the next probe, once this thread saw a
+    /// sign (0 before: a thread whose messages never piled up never
+    /// looks).
+    seals_to_probe: Cell<u32>,
     /// The addresses of slabs this thread sealed lately, placed by
     /// address as `open` is (a later one takes an earlier one's place),
     /// never followed: only compared, by [`carved_here_lately`].
@@ -254,15 +258,21 @@ const PILED_UP_DIV: usize = 4;
 /// ([`TAIL_LOOKS`]).
 pub(crate) const LOOKS_PER_SIGN: u32 = 256;
 
+/// The slabs a thread whose looks ran out seals between two probes: a
+/// few thousand small messages.
+pub(crate) const SEALS_PER_PROBE: u32 = 8;
+/// The looks a probe buys.
+const LOOKS_PER_PROBE: u32 = LOOKS_PER_SIGN / 16;
+
 thread_local! {
     /// How many more of this thread's `tell`s look at the mailbox's tail
     /// for a run of theirs before they push (`envelope.rs`). A look loads
     /// a cache line other threads write, which pays only while this
     /// thread's messages pile up somewhere: a slab sealed while most of
-    /// its nodes are still queued shows that. Each look that finds
-    /// nothing of this thread's there spends one; kept apart from the
-    /// slabs' state, which has a destructor, so that the check a `tell`
-    /// makes is one load.
+    /// its nodes are still queued shows that. Looks that find nothing of
+    /// this thread's there spend them. Kept apart from the slabs' state,
+    /// which has a destructor, so that the check a `tell` makes is one
+    /// load.
     pub(crate) static TAIL_LOOKS: Cell<u32> = const { Cell::new(0) };
 
     /// A node this thread carved in a slab it has not sealed, which it
@@ -323,6 +333,7 @@ impl ThreadNodes {
             open: [const { Cell::new((ptr::null_mut(), 0)) }; OPEN],
             open_n: Cell::new(0),
             keep_open: Cell::new(false),
+            seals_to_probe: Cell::new(0),
             sealed: [const { Cell::new(0) }; OPEN],
         }
     }
@@ -412,6 +423,28 @@ impl ThreadNodes {
         self.sealed[open_index(slab)].set(slab.addr());
     }
 
+    /// A probe: a few looks, with the slabs kept open meanwhile, for a
+    /// thread that once saw a sign and whose looks ran out
+    /// [`SEALS_PER_PROBE`] slabs ago. Looks run out when the receiver
+    /// takes a sender's runs as soon as they are pushed, which it may do
+    /// only because the sender, pushing a node per message, became the
+    /// slower of the two; then its slabs are sealed with few nodes queued
+    /// and no sign comes again. A probe finds out whether runs would grow
+    /// (`envelope.rs`, decision 0060).
+    fn count_down_to_probe(&self) {
+        let left = self.seals_to_probe.get();
+        if left == 0 || TAIL_LOOKS.with(Cell::get) != 0 {
+            return;
+        }
+        if left > 1 {
+            self.seals_to_probe.set(left - 1);
+        } else {
+            TAIL_LOOKS.with(|l| l.set(LOOKS_PER_PROBE));
+            self.keep_open.set(true);
+            self.seals_to_probe.set(SEALS_PER_PROBE);
+        }
+    }
+
     fn seal_current(&self) {
         let slab = self.slab.replace(ptr::null_mut());
         if !slab.is_null() {
@@ -436,6 +469,9 @@ impl ThreadNodes {
                 // (`envelope.rs`), and its slabs stay open meanwhile.
                 TAIL_LOOKS.with(|l| l.set(LOOKS_PER_SIGN));
                 self.keep_open.set(true);
+                self.seals_to_probe.set(SEALS_PER_PROBE);
+            } else {
+                self.count_down_to_probe();
             }
         }
         self.next.set(SLAB);

@@ -852,7 +852,7 @@ fn looked<A: crate::Actor>((told, seen): (Told<A>, Seen)) -> Told<A> {
             Seen::Waiting => looks.get(),
             Seen::Idle => looks.get().saturating_sub(LOOKS_PER_IDLE),
             Seen::Nothing => looks.get().saturating_sub(LOOKS_PER_MISS),
-            Seen::Reached => 0,
+            Seen::Reached => looks.get().saturating_sub(LOOKS_PER_REACHED),
         };
         looks.set(left);
         if left == 0 {
@@ -877,6 +877,10 @@ const LOOKS_PER_MISS: u32 = nodes::LOOKS_PER_SIGN;
 /// load.
 const LOOKS_PER_IDLE: u32 = nodes::LOOKS_PER_SIGN / 16;
 
+/// The looks a run closed small spends ([`after_close`]): 16 such in a
+/// row, with no append between them, end the looking.
+const LOOKS_PER_REACHED: u32 = nodes::LOOKS_PER_SIGN / 16;
+
 /// What a look at the tail found ([`tell_at_tail`]).
 enum Seen {
     /// This thread's run there grows, or filled up: its next tells look
@@ -891,12 +895,13 @@ enum Seen {
     Idle,
     /// Another's message: [`LOOKS_PER_MISS`] looks spent.
     Nothing,
-    /// The actor reached this thread's run while it was adding to it: the
-    /// actor keeps up, and a run gains nothing (its messages would be
-    /// taken as they come, with the run's count a line both threads
-    /// write). No more looks until the next sign (`nodes.rs`): a slab's
-    /// count can look piled up while the receiver's frees of it are still
-    /// batched.
+    /// The actor reached this thread's run almost as soon as it was
+    /// pushed: it may keep up, and then a run gains nothing (its messages
+    /// would be taken as they come, with the run's count a line both
+    /// threads write). [`LOOKS_PER_REACHED`] looks spent: a slab's count
+    /// can look piled up while the receiver's frees of it are still
+    /// batched, so a sign alone does not keep a sender appending to runs
+    /// that are closed small.
     Reached,
 }
 
@@ -919,8 +924,9 @@ where
 {
     let run = node as *mut RunHead<A>;
     // SAFETY: contract: the count is in place, and an atomic.
-    let Some(count) = (unsafe { (*run).count.open_count() }) else {
-        return (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Reached);
+    let count = match unsafe { (*run).count.open_count() } {
+        Ok(count) => count,
+        Err(held) => return after_close::<A, M, K>(queue, msg, held),
     };
     if count as usize >= run_capacity::<M, LARGE>() {
         return (
@@ -941,9 +947,43 @@ where
         // The span (a `tracing::Span` with the feature on) is dropped.
         let _sender = std::ptr::addr_of!((*slot).sender).read();
         let msg = std::ptr::addr_of!((*slot).msg).read();
-        (Told::Node(envelope::<A, M, K>(msg, None)), Seen::Reached)
+        after_close::<A, M, K>(queue, msg, count)
     }
 }
+
+/// A `tell` whose run the actor closed while it held `held` messages:
+/// `msg` starts the next run. The receiver caught up with this sender,
+/// which says little about the messages to come: a receiver that was
+/// behind and just reached the run the sender was filling (the run held
+/// many) is behind again as soon as the sender, appending, outpaces it
+/// (decision 0060). Only a receiver that reaches every run almost at once
+/// keeps up, and each such close ([`Seen::Reached`]) spends looks until
+/// the sender goes back to a node per message. The run starts small, as
+/// every run does: a large one would hold a slab's space for messages
+/// that another sender's push behind it may cut short.
+#[inline(never)]
+fn after_close<A, M, K>(queue: &Queue, msg: M, held: u32) -> (Told<A>, Seen)
+where
+    A: Handles<M, K>,
+    M: Message,
+{
+    let seen = if held >= RUN_BEHIND {
+        Seen::Waiting
+    } else {
+        Seen::Reached
+    };
+    let Some(small) = A::VTABLE_RUN_SMALL else {
+        return (Told::Node(envelope::<A, M, K>(msg, None)), seen);
+    };
+    (
+        Told::Node(build_run::<A, M, K, false>(queue, small, msg)),
+        seen,
+    )
+}
+
+/// The messages a run held when the actor closed it, from which its
+/// sender takes the actor for one that was behind ([`after_close`]).
+const RUN_BEHIND: u32 = 16;
 
 impl<A: crate::Actor> Envelope<A> {
     pub(crate) fn as_link(p: *mut Envelope<A>) -> *mut Link {
@@ -1383,7 +1423,7 @@ mod tests {
     }
 
     /// A run the consumer has taken from takes no more messages: the next
-    /// tell gets a node behind it, and order holds.
+    /// tell starts a run behind it, and order holds.
     #[test]
     fn a_run_reached_by_the_consumer_takes_no_more() {
         nodes::TAIL_LOOKS.with(|l| l.set(nodes::LOOKS_PER_SIGN));
@@ -1409,14 +1449,87 @@ mod tests {
             consumer.repeat(node);
         }
         assert_eq!(dropped(), vec![0, 1]);
-        // The run is closed: 5 gets a node behind it (a message let into
-        // the closed run would never come out), and as the actor keeps up
-        // with this thread, its next tells stop looking.
-        assert_eq!(tell(&queue, 5..8), 0);
-        assert_eq!(nodes::TAIL_LOOKS.with(Cell::get), 0);
-        drain(&queue);
+        // The run is closed: 5 starts a run behind it (a message let into
+        // the closed run would never come out), which 6 and 7 join.
+        assert_eq!(tell(&queue, 5..8), 2);
+        assert_eq!(drain(&queue), 2, "the closed run, then the new one");
         free_dummy(&queue);
         assert_eq!(dropped(), (2..8).collect::<Vec<_>>());
+    }
+
+    /// A receiver that was behind and caught up with the run its sender
+    /// was filling does not end the sender's runs: every round of 32 tells
+    /// after the first is a new small run, then a large one (8 and 64
+    /// `u64`s), and 30 appends, however often the receiver catches up
+    /// (decision 0060).
+    #[test]
+    fn a_receiver_that_catches_up_leaves_its_sender_runs() {
+        nodes::TAIL_LOOKS.with(|l| l.set(nodes::LOOKS_PER_SIGN));
+        nodes::keep_slabs_open(true);
+        let queue = Queue::new();
+        tell(&queue, 0..32);
+        drain(&queue);
+        for round in 1..100 {
+            let appended = tell(&queue, round * 32..(round + 1) * 32);
+            assert_eq!(appended, 30, "round {round}");
+            assert_eq!(drain(&queue), 2, "round {round}: two runs");
+        }
+        free_dummy(&queue);
+        assert_eq!(dropped(), (0..100 * 32).collect::<Vec<_>>());
+    }
+
+    /// A receiver that takes each message as it comes (every run closed
+    /// while it holds one) ends the looking: the sender goes back to a
+    /// node per message, the cheapest for one that keeps up.
+    #[test]
+    fn a_receiver_that_keeps_up_ends_the_runs() {
+        nodes::TAIL_LOOKS.with(|l| l.set(nodes::LOOKS_PER_SIGN));
+        nodes::keep_slabs_open(true);
+        let queue = Queue::new();
+        for i in 0..40 {
+            assert_eq!(tell(&queue, i..i + 1), 0);
+            drain(&queue);
+        }
+        assert_eq!(nodes::TAIL_LOOKS.with(Cell::get), 0);
+        free_dummy(&queue);
+        assert_eq!(dropped(), (0..40).collect::<Vec<_>>());
+    }
+
+    /// A sender whose looks ran out, as in the test above, though it once
+    /// saw its messages pile up, probes the tail again after
+    /// [`nodes::SEALS_PER_PROBE`] slabs, and once its receiver falls
+    /// behind its tells go into runs again, though no slab of its gave a
+    /// sign since (every node was freed before its slab was sealed).
+    #[test]
+    fn a_sender_back_on_nodes_finds_runs_again() {
+        let queue = Queue::new();
+        let mut sent = 0;
+        // Piled up: a slab sealed with its nodes queued is the sign.
+        while nodes::TAIL_LOOKS.with(Cell::get) == 0 {
+            tell(&queue, sent..sent + 1);
+            sent += 1;
+        }
+        drain(&queue);
+        // The receiver keeps up until the looks run out.
+        while nodes::TAIL_LOOKS.with(Cell::get) != 0 {
+            assert_eq!(tell(&queue, sent..sent + 1), 0);
+            drain(&queue);
+            sent += 1;
+        }
+        let back_on_nodes = sent;
+        while nodes::TAIL_LOOKS.with(Cell::get) == 0 {
+            assert!(sent < back_on_nodes + 100_000, "no probe");
+            assert_eq!(tell(&queue, sent..sent + 1), 0);
+            drain(&queue);
+            sent += 1;
+        }
+        // The receiver stops keeping up: the probe's looks find this
+        // thread's message still queued and start a run.
+        let appended = tell(&queue, sent..sent + 100);
+        assert!(appended >= 100 - 4, "{appended} of 100 appended");
+        drain(&queue);
+        free_dummy(&queue);
+        assert_eq!(dropped(), (0..sent + 100).collect::<Vec<_>>());
     }
 
     /// Without a sign that its messages pile up a thread never looks at
