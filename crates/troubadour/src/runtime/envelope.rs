@@ -709,9 +709,9 @@ pub(crate) enum Told<A: crate::Actor> {
 /// does it look for a run: the one it added to last, if that is for this
 /// actor and may be joined, else what lies at the tail. If that is its run
 /// of the same message and the actor has not reached it, the message goes
-/// in; if it is its last node of the same message, or its full run, its
-/// messages wait there and this one starts a run. Otherwise it gets a node
-/// of its own.
+/// in; if the actor reached it, or it is its last node of the same
+/// message, or its full run, this one starts a run ([`after_close`]).
+/// Otherwise it gets a node of its own.
 #[inline(always)]
 pub(crate) fn tell_node<A, M, K>(queue: &Queue, msg: M) -> Told<A>
 where
