@@ -11,7 +11,7 @@ use crate::api::actor::{Actor, Message};
 use crate::api::error::{AskError, SendError};
 use crate::api::exit::{ActorId, ExitReason};
 use crate::runtime::blocking::block_on;
-use crate::runtime::cell::ActorCell;
+use crate::runtime::cell::{ActorCell, TellPath};
 use crate::runtime::envelope::{envelope, Handles, ReplyTo};
 use crate::runtime::mailbox_bound::NoRoom;
 use crate::runtime::remote::{Outgoing, Refusal, ReplySender, Route};
@@ -256,10 +256,11 @@ impl<A: Actor> ActorRef<A> {
         M: Message,
         A: Handles<M, K>,
     {
-        if self.cell.closed_or_held() {
-            return self.send_rare::<M, K>(msg, None, false);
-        }
-        let msg = self.take_permit(msg)?;
+        let msg = match self.cell.tell_path() {
+            TellPath::Rare => return self.send_rare::<M, K>(msg, None, false),
+            TellPath::Bounded => self.take_permit(msg)?,
+            TellPath::Open => msg,
+        };
         self.cell.enqueue_tell::<M, K>(msg);
         Ok(())
     }

@@ -179,7 +179,8 @@ fn unmarked(tail: *mut Link) -> *mut Link {
     tail.map_addr(|a| a & !(IDLE | PENDING))
 }
 
-/// `tail` last: see the layout note on the actor cell.
+/// `tail` last, next to the cell's run state: see the layout note on the
+/// actor cell.
 #[repr(C)]
 pub struct Queue {
     /// Consumer-only. An atomic (always `Relaxed`) only so the type stays

@@ -31,10 +31,15 @@ pub const SEALED: u32 = 1 << 6;
 /// Supervised by the system's guardian (a top-level actor). Set at creation
 /// or when a `LocalActor` is spawned, never cleared.
 pub const TOP_LEVEL: u32 = 1 << 7;
+/// The mailbox is bounded: a send takes a permit first. Set at creation,
+/// never changed, so a `tell` learns it from the word it reads anyway and
+/// does not read the cell's configuration, which lies near the actor's
+/// state (`cell.rs`, the layout note).
+pub const BOUNDED: u32 = 1 << 8;
 /// The bits above this count the actor's incarnations (a restart or a stop
 /// starts a new one), so a timer armed by an earlier incarnation can tell
 /// it is stale without the actor keeping a list of its timers.
-const INCARNATION_SHIFT: u32 = 8;
+const INCARNATION_SHIFT: u32 = 9;
 
 pub struct RunState(AtomicU32);
 
@@ -57,7 +62,7 @@ impl RunState {
     }
 
     /// Starts a new incarnation: timers armed before it become stale. The
-    /// count wraps, after 16 million restarts of one actor.
+    /// count wraps, after 8 million restarts of one actor.
     pub fn new_incarnation(&self) {
         self.0.fetch_add(1 << INCARNATION_SHIFT, Ordering::SeqCst);
     }
