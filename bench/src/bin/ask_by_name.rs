@@ -3,22 +3,25 @@
 //! realtime map's `/vehicle` path without HTTP (decision 0035).
 //!
 //! ```text
-//! bench/target/release/ask-by-name [table|whereis|actor] [threads]
+//! bench/target/release/ask-by-name [table|whereis|actor|child] [threads] [actors]
 //! ```
 //!
 //! Each of `threads` tokio tasks (one per worker thread) picks names at
-//! random among 2,000 registered actors, 1,000,000 times each. `table`
-//! reads a shared `HashMap<String, Arc<String>>`; `whereis` looks the actor
-//! up by name; `actor` looks it up and asks it for its state inside
-//! `handle_here`. Prints nanoseconds per operation and thread (wall time ×
-//! threads ÷ operations), after checking every answer.
+//! random among `actors` registered actors (2,000 by default, the realtime
+//! map's fleet; far more than the caches hold, say 200,000, to see what
+//! each ask's cache misses cost), 1,000,000 times each. `table` reads a
+//! shared `HashMap<String, Arc<String>>`; `whereis` looks the actor up by
+//! name; `actor` looks it up and asks it for its state inside
+//! `handle_here`; `child` does the same with actors spawned as children of
+//! one supervisor, as the realtime map's vehicles are. Prints nanoseconds
+//! per operation and thread (wall time × threads ÷ operations), after
+//! checking every answer.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use troubadour::{handle_here, Actor, ActorSystem, Context, Handler, Message};
+use troubadour::{handle_here, Actor, ActorRef, ActorSystem, Context, Handler, Message};
 
-const ACTORS: usize = 2_000;
 const PER_THREAD: u64 = 1_000_000;
 
 struct Vehicle {
@@ -36,6 +39,20 @@ impl Handler<GetState> for Vehicle {
     }
 }
 
+/// The vehicles' supervisor in `child` mode.
+struct Fleet;
+impl Actor for Fleet {}
+
+struct Adopt(Arc<String>);
+impl Message for Adopt {
+    type Reply = ActorRef<Vehicle>;
+}
+impl Handler<Adopt> for Fleet {
+    fn handle(&mut self, Adopt(state): Adopt, ctx: &mut Context<Self>) -> ActorRef<Vehicle> {
+        ctx.spawn(Vehicle { state }).expect("spawn a child")
+    }
+}
+
 fn state_of(id: &str) -> String {
     format!("state of {id}")
 }
@@ -46,8 +63,13 @@ fn main() {
     let threads: u64 = args
         .next()
         .map_or(2, |t| t.parse().expect("threads: a number"));
-    if !matches!(mode.as_str(), "table" | "whereis" | "actor") {
-        eprintln!("usage: ask-by-name [table|whereis|actor] [threads]; got `{mode}`");
+    let actors: usize = args
+        .next()
+        .map_or(2_000, |n| n.parse().expect("actors: a number"));
+    if !matches!(mode.as_str(), "table" | "whereis" | "actor" | "child") {
+        eprintln!(
+            "usage: ask-by-name [table|whereis|actor|child] [threads] [actors]; got `{mode}`"
+        );
         std::process::exit(2);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -57,18 +79,22 @@ fn main() {
         .expect("a tokio runtime");
     let system = ActorSystem::new();
     let ids: Arc<Vec<String>> = Arc::new(
-        (0..ACTORS)
+        (0..actors)
             .map(|i| format!("{}/{}", i % 17, i * 7))
             .collect(),
     );
+    let fleet = (mode == "child").then(|| system.spawn(Fleet).expect("spawn the fleet"));
     let mut table = HashMap::new();
     for id in ids.iter() {
         let state = Arc::new(state_of(id));
-        let actor = system
-            .spawn(Vehicle {
-                state: state.clone(),
-            })
-            .expect("spawn");
+        let actor = match &fleet {
+            Some(fleet) => fleet.ask(Adopt(state.clone())).wait().expect("a child"),
+            None => system
+                .spawn(Vehicle {
+                    state: state.clone(),
+                })
+                .expect("spawn"),
+        };
         system
             .register(&format!("vehicle/{id}"), &actor)
             .expect("a free name");
@@ -88,7 +114,7 @@ fn main() {
                         x ^= x << 13;
                         x ^= x >> 7;
                         x ^= x << 17;
-                        let id = &ids[(x % ACTORS as u64) as usize];
+                        let id = &ids[(x % actors as u64) as usize];
                         let ok = match mode.as_str() {
                             "table" => table
                                 .get(id.as_str())

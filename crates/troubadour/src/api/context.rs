@@ -550,7 +550,7 @@ impl<A: Actor> Context<A> {
     /// in the mailbox.
     pub fn unstash_all(&mut self) {
         // SAFETY: the actor's own turn.
-        let extras = unsafe { self.cell().extras() };
+        let extras = unsafe { self.cell().extras_for_turn() };
         let mut stash = std::mem::take(&mut extras.stash);
         // Stashed messages go ahead of anything replayed later but behind
         // what is already waiting to be replayed.

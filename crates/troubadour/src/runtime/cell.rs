@@ -183,13 +183,68 @@ pub(crate) struct ActorCell<A: Actor> {
     run: RunState,
     phase: UnsafeCell<Phase>,
     request: UnsafeCell<Request>,
-    has_actor: UnsafeCell<bool>,
-    /// Whether the run queues' reference to the cell exists (decision
-    /// 0050): one strong count, taken at the actor's first schedule, that
-    /// a task carries with the consumer role and an idle actor keeps, so a
-    /// send that wakes the actor queues it without touching the count. The
-    /// holder that lets a stopped actor go drops it.
-    role_ref: UnsafeCell<bool>,
+    /// `HAS_ACTOR`, `ROLE_REF`, `TURN_READS_EXTRAS`: one byte, so the
+    /// cell stays 72 bytes.
+    flags: ConsumerFlags,
+}
+
+/// The actor value is in the cell (not dropped for a restart or a stop).
+const HAS_ACTOR: u8 = 1;
+/// The run queues' reference to the cell exists (decision 0050): one
+/// strong count, taken at the actor's first schedule, that a task carries
+/// with the consumer role and an idle actor keeps, so a send that wakes
+/// the actor queues it without touching the count. The holder that lets a
+/// stopped actor go drops it.
+const ROLE_REF: u8 = 2;
+/// The extras may hold what a turn must see before the mailbox: a
+/// suspended handler or messages to replay. Set with either (and it may
+/// outlive both until a turn finds them gone), so the turns of an actor
+/// with neither never read the extras: a separate allocation, whose lines
+/// a supervised child's turn otherwise misses when it runs on another
+/// thread than its last (a `handle_here` ask from a tokio thread).
+const TURN_READS_EXTRAS: u8 = 4;
+
+/// Consumer-only flags of a cell, read and written only by the thread
+/// holding the consumer role (the module's protocol, as for `phase`).
+struct ConsumerFlags(UnsafeCell<u8>);
+
+impl ConsumerFlags {
+    fn new(flags: u8) -> Self {
+        ConsumerFlags(UnsafeCell::new(flags))
+    }
+
+    /// # Safety
+    /// The caller holds the consumer role.
+    #[inline]
+    unsafe fn get(&self, flag: u8) -> bool {
+        // SAFETY: only the consumer touches the byte (this function's contract).
+        unsafe { *self.0.get() & flag != 0 }
+    }
+
+    /// # Safety
+    /// The caller holds the consumer role.
+    #[inline]
+    unsafe fn set(&self, flag: u8, on: bool) {
+        // SAFETY: as in `get`.
+        unsafe {
+            let flags = &mut *self.0.get();
+            *flags = if on { *flags | flag } else { *flags & !flag };
+        }
+    }
+
+    /// Sets `flag` to `on` and says whether it was set before.
+    ///
+    /// # Safety
+    /// The caller holds the consumer role.
+    #[inline]
+    unsafe fn replace(&self, flag: u8, on: bool) -> bool {
+        // SAFETY: as in `get`.
+        unsafe {
+            let was = self.get(flag);
+            self.set(flag, on);
+            was
+        }
+    }
 }
 
 // SAFETY: the consumer-only fields are touched only by the thread holding
@@ -223,8 +278,7 @@ impl<A: Actor> ActorCell<A> {
             run: RunState::new(held | top | bounded),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
-            has_actor: UnsafeCell::new(true),
-            role_ref: UnsafeCell::new(false),
+            flags: ConsumerFlags::new(HAS_ACTOR),
             id,
             system,
             mailbox: Queue::new(),
@@ -249,8 +303,7 @@ impl<A: Actor> ActorCell<A> {
             run: RunState::new(HELD | DETACHED),
             phase: UnsafeCell::new(Phase::Starting),
             request: UnsafeCell::new(Request::None),
-            has_actor: UnsafeCell::new(false),
-            role_ref: UnsafeCell::new(false),
+            flags: ConsumerFlags::new(0),
             id,
             system,
             mailbox: Queue::new(),
@@ -546,8 +599,8 @@ impl<A: Actor> ActorCell<A> {
                     // The run queues' reference (`role_ref`): taken once,
                     // then carried with the role, so the task costs no
                     // count here and none when its turn ends idle.
-                    if !*self.role_ref.get() {
-                        *self.role_ref.get() = true;
+                    if !self.flags.get(ROLE_REF) {
+                        self.flags.set(ROLE_REF, true);
                         Arc::increment_strong_count(cell);
                     }
                     let task: Arc<Self> = Arc::from_raw(cell);
@@ -688,6 +741,57 @@ impl<A: Actor> ActorCell<A> {
         unsafe { (*self.extras.get()).get_or_insert_with(Default::default) }
     }
 
+    /// The extras, to give them something a turn must see first (a
+    /// suspended handler, messages to replay): every such change goes
+    /// through here, which tells the turns to look (`TURN_READS_EXTRAS`).
+    ///
+    /// # Safety
+    /// As for [`extras`](Self::extras).
+    #[allow(clippy::mut_from_ref)]
+    pub(crate) unsafe fn extras_for_turn(&self) -> &mut Extras<A> {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            self.flags.set(TURN_READS_EXTRAS, true);
+            self.extras()
+        }
+    }
+
+    /// The extras when they may hold what a turn must see first; `None`
+    /// (without reading them) when they cannot.
+    ///
+    /// # Safety
+    /// As for [`extras_opt`](Self::extras_opt).
+    #[inline]
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn turn_extras(&self) -> Option<&mut Extras<A>> {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            if self.flags.get(TURN_READS_EXTRAS) {
+                self.extras_opt()
+            } else {
+                None
+            }
+        }
+    }
+
+    /// The next message to replay (unstashed), if any; forgets that the
+    /// extras need looking at once they hold nothing a turn must see.
+    ///
+    /// # Safety
+    /// As for [`extras_opt`](Self::extras_opt).
+    #[inline]
+    unsafe fn next_replayed(&self) -> Option<*mut Envelope<A>> {
+        // SAFETY: we hold the consumer role (this function's contract).
+        unsafe {
+            let extras = self.turn_extras()?;
+            let env = extras.replay.pop_front();
+            if env.is_none() && extras.suspended.is_none() {
+                self.flags.set(TURN_READS_EXTRAS, false);
+            }
+            env
+        }
+    }
+
     #[inline]
     // The consumer-only cells hand out `&mut` by the consumer-role protocol.
     /// The actor.
@@ -702,7 +806,7 @@ impl<A: Actor> ActorCell<A> {
     pub(crate) unsafe fn actor_mut(&self) -> &mut A {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
-            debug_assert!(*self.has_actor.get());
+            debug_assert!(self.flags.get(HAS_ACTOR));
             (*self.actor.get()).assume_init_mut()
         }
     }
@@ -722,8 +826,8 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: the state is present and not borrowed (contract); marking
         // it absent first means nothing drops or reads the moved-out bits.
         unsafe {
-            debug_assert!(*self.has_actor.get());
-            *self.has_actor.get() = false;
+            debug_assert!(self.flags.get(HAS_ACTOR));
+            self.flags.set(HAS_ACTOR, false);
             (*self.actor.get()).assume_init_read()
         }
     }
@@ -737,9 +841,9 @@ impl<A: Actor> ActorCell<A> {
     pub(crate) unsafe fn put_actor(&self, actor: A) {
         // SAFETY: the slot is empty (contract): nothing is overwritten.
         unsafe {
-            debug_assert!(!*self.has_actor.get());
+            debug_assert!(!self.flags.get(HAS_ACTOR));
             (*self.actor.get()).write(actor);
-            *self.has_actor.get() = true;
+            self.flags.set(HAS_ACTOR, true);
         }
     }
 
@@ -766,7 +870,7 @@ impl<A: Actor> ActorCell<A> {
     unsafe fn drop_actor(&self) -> Option<ExitReason> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
-            if !std::mem::replace(&mut *self.has_actor.get(), false) {
+            if !self.flags.replace(HAS_ACTOR, false) {
                 return None;
             }
             match catch_unwind(AssertUnwindSafe(|| {
@@ -803,7 +907,7 @@ impl<A: Actor> ActorCell<A> {
     ) -> Option<ExitReason> {
         // SAFETY: we hold the consumer role (this function's contract).
         unsafe {
-            if !*self.has_actor.get() {
+            if !self.flags.get(HAS_ACTOR) {
                 return None;
             }
             let actor = self.actor_mut();
@@ -829,7 +933,10 @@ impl<A: Actor> ActorCell<A> {
     #[inline]
     pub(crate) unsafe fn has_suspended(&self) -> bool {
         // SAFETY: we hold the consumer role (this function's contract).
-        unsafe { self.extras_ref().is_some_and(|e| e.suspended.is_some()) }
+        unsafe {
+            self.flags.get(TURN_READS_EXTRAS)
+                && self.extras_ref().is_some_and(|e| e.suspended.is_some())
+        }
     }
 
     /// For a `LocalActor`: waits on this thread until no async handler is
@@ -957,7 +1064,7 @@ impl<A: Actor> ActorCell<A> {
                     }
                 }
             }
-            if self.extras_opt().is_some_and(|e| e.suspended.is_some())
+            if self.turn_extras().is_some_and(|e| e.suspended.is_some())
                 && (!woken || !self.resume_suspended())
             {
                 return false;
@@ -971,7 +1078,7 @@ impl<A: Actor> ActorCell<A> {
                     }
                 }
                 // Unstashed messages come before the mailbox.
-                if let Some(env) = self.extras_opt().and_then(|e| e.replay.pop_front()) {
+                if let Some(env) = self.next_replayed() {
                     if self.config.as_ref().is_some_and(|c| c.deadline.is_some())
                         && self.past_deadline(&ctx)
                     {
@@ -1045,7 +1152,7 @@ impl<A: Actor> ActorCell<A> {
                         Handled::Again => consumer.repeat(node),
                         Handled::Suspended(fut) => {
                             drop(consumer);
-                            self.extras().suspended = Some(fut);
+                            self.extras_for_turn().suspended = Some(fut);
                             self.after_user_code();
                             return false;
                         }
@@ -1122,7 +1229,7 @@ impl<A: Actor> ActorCell<A> {
                 // A node outside the mailbox is never a run.
                 Handled::Done | Handled::Again => {}
                 Handled::Suspended(fut) => {
-                    self.extras().suspended = Some(fut);
+                    self.extras_for_turn().suspended = Some(fut);
                     self.after_user_code();
                     return false;
                 }
@@ -1176,7 +1283,7 @@ impl<A: Actor> ActorCell<A> {
                 .poll(&mut std::task::Context::from_waker(&waker))
                 .is_pending()
             {
-                self.extras().suspended = Some(fut);
+                self.extras_for_turn().suspended = Some(fut);
             }
         }
     }
@@ -1344,11 +1451,11 @@ impl<A: Actor> ActorCell<A> {
         // SAFETY: we hold the role (contract): the consumer fields are ours.
         let (waiting, closed, finishing) = unsafe {
             let waiting = cell.phase() != Phase::Running
-                || cell.extras_opt().is_some_and(|e| e.suspended.is_some());
+                || cell.turn_extras().is_some_and(|e| e.suspended.is_some());
             let closed = cell.run.load() & CLOSED != 0;
             // A stopped actor lets the run queues' reference go with its
             // role: no task will be made for it again (`acquired`).
-            let finishing = closed && std::mem::replace(&mut *cell.role_ref.get(), false);
+            let finishing = closed && cell.flags.replace(ROLE_REF, false);
             // A waiting actor gives the role up with messages queued (the
             // next send takes it back), unless it has stopped: then they
             // are drained.
@@ -1366,7 +1473,7 @@ impl<A: Actor> ActorCell<A> {
                 if finishing {
                     // Still ours: the task goes on carrying the reference.
                     // SAFETY: we hold the role again (kept).
-                    unsafe { *cell.role_ref.get() = true };
+                    unsafe { cell.flags.set(ROLE_REF, true) };
                 }
                 Released::Kept
             }
@@ -1470,7 +1577,7 @@ impl<A: Actor> Drop for ActorCell<A> {
         // its consumer state and queues are ours; `has_actor` says whether
         // the actor is still there to drop, and every queued node is live.
         unsafe {
-            if *self.has_actor.get() {
+            if self.flags.get(HAS_ACTOR) {
                 (*self.actor.get()).assume_init_drop();
             }
             self.take_run_again();

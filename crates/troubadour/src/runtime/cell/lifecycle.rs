@@ -2,7 +2,7 @@
 //! and restart, and the parent's side of supervision. Runs on the actor's
 //! own turn, under the same consumer-role rule as the rest of the cell.
 
-use super::{ActorCell, AfterChildren, Extras, Phase, Request};
+use super::{ActorCell, AfterChildren, Extras, Phase, Request, HAS_ACTOR, TURN_READS_EXTRAS};
 use crate::api::actor::Actor;
 use crate::api::exit::{ActorId, Down, ExitReason, Exited};
 use crate::api::supervision::{Restart, RestartLog, RestartPlan, Step, Strategy};
@@ -695,6 +695,7 @@ impl<A: Actor> ActorCell<A> {
                 // already waiting to be replayed.
                 let mut stash = std::mem::take(&mut extras.stash);
                 extras.replay.append(&mut stash);
+                self.flags.set(TURN_READS_EXTRAS, true);
             }
             // Running from here on: a panic in the factory or in
             // `after_restart` is a new failure of this actor (caught where the
@@ -707,7 +708,7 @@ impl<A: Actor> ActorCell<A> {
                 .expect("restart without factory");
             let fresh = factory();
             (*self.actor.get()).write(fresh);
-            *self.has_actor.get() = true;
+            self.flags.set(HAS_ACTOR, true);
             self.actor_mut().after_restart(&reason, &mut self.context());
             if self.phase() == Phase::Running && *self.request.get() == Request::None {
                 self.activate();
