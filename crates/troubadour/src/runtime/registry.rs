@@ -9,7 +9,83 @@ use crate::runtime::cell::ActorCell;
 use crate::runtime::signal::ControlHandle;
 use std::any::{Any, TypeId};
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, RwLock};
+
+/// A registered name as the table keeps it. A short one (most are: the
+/// realtime map's `vehicle/0018/00817` is 18 bytes) lies in the table's
+/// entry itself, so a look-up compares it on the line it already loaded
+/// for the entry; a `String` key sent each look-up to a second allocation,
+/// one more cache miss for a table larger than the caches.
+#[derive(Clone)]
+enum Name {
+    Inline { len: u8, bytes: [u8; Name::INLINE] },
+    Heap(Box<str>),
+}
+
+impl Name {
+    /// As many bytes as fit beside the length in a `String`'s 24.
+    const INLINE: usize = 22;
+
+    fn new(name: &str) -> Self {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= Self::INLINE => {
+                let mut bytes = [0; Self::INLINE];
+                bytes[..name.len()].copy_from_slice(name.as_bytes());
+                Name::Inline { len, bytes }
+            }
+            _ => Name::Heap(name.into()),
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        match self {
+            Name::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Name::Heap(name) => name.as_bytes(),
+        }
+    }
+
+    /// The name as text, for listing. Look-ups compare bytes instead
+    /// ([`Lookup`]): the check here costs as much as the comparison.
+    fn to_text(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+impl PartialEq for Name {
+    fn eq(&self, other: &Self) -> bool {
+        self.as_bytes() == other.as_bytes()
+    }
+}
+
+impl Eq for Name {}
+
+/// Hashes as the `str` it holds (`str`'s `Hash` writes the bytes and then
+/// `0xff`), so that a [`Lookup`] of the same text finds it.
+impl Hash for Name {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.as_bytes());
+        state.write_u8(0xff);
+    }
+}
+
+/// A name being looked up: hashed as a [`Name`] of the same text, and
+/// compared with one byte by byte.
+struct Lookup<'a>(&'a str);
+
+/// Exactly as [`Name`]'s, whatever the hasher does with `write_str`.
+impl Hash for Lookup<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write(self.0.as_bytes());
+        state.write_u8(0xff);
+    }
+}
+
+impl papaya::Equivalent<Name> for Lookup<'_> {
+    fn equivalent(&self, key: &Name) -> bool {
+        self.0.as_bytes() == key.as_bytes()
+    }
+}
 
 struct NameEntry {
     id: ActorId,
@@ -26,7 +102,7 @@ pub(crate) struct Registry {
     /// read lock writes its lock word, and two tokio threads looking up
     /// actors by name spent more time passing that word's cache line
     /// between them than looking up (decision 0035).
-    by_name: papaya::HashMap<String, NameEntry>,
+    by_name: papaya::HashMap<Name, NameEntry>,
     /// Each actor's names, for releasing them when it stops. Every change
     /// to the names holds this lock: changes run one at a time, so the two
     /// tables always agree; look-ups never take it.
@@ -47,7 +123,7 @@ impl Registry {
         let cell = actor.cell();
         let mut by_actor = self.changing();
         let by_name = self.by_name.pin();
-        if let Some(held) = by_name.get(&name) {
+        if let Some(held) = by_name.get(&Lookup(&name)) {
             // A holder that stopped but has not been cleaned up yet (it is
             // mid-stop) no longer owns the name.
             if !held.control.is_stopped() {
@@ -64,7 +140,7 @@ impl Registry {
         cell.mark_named();
         by_actor.entry(cell.id).or_default().push(name.clone());
         by_name.insert(
-            name,
+            Name::new(&name),
             NameEntry {
                 id: cell.id,
                 control: cell.clone(),
@@ -84,7 +160,7 @@ impl Registry {
     pub(crate) fn unregister(&self, name: &str) -> bool {
         let mut by_actor = self.changing();
         let by_name = self.by_name.pin();
-        match by_name.remove(name) {
+        match by_name.remove(&Lookup(name)) {
             Some(entry) => {
                 if let Some(list) = by_actor.get_mut(&entry.id) {
                     list.retain(|n| n != name);
@@ -100,7 +176,7 @@ impl Registry {
 
     pub(crate) fn whereis<A: Actor>(&self, name: &str) -> Option<ActorRef<A>> {
         let by_name = self.by_name.pin();
-        let entry = by_name.get(name)?;
+        let entry = by_name.get(&Lookup(name))?;
         if entry.control.is_stopped() {
             return None;
         }
@@ -115,7 +191,7 @@ impl Registry {
             .pin()
             .iter()
             .filter(|(_, e)| !e.control.is_stopped())
-            .map(|(n, e)| (n.clone(), e.id))
+            .map(|(n, e)| (n.to_text(), e.id))
             .collect();
         all.sort();
         all
@@ -124,7 +200,7 @@ impl Registry {
     pub(crate) fn whereis_id(&self, name: &str) -> Option<ActorId> {
         self.by_name
             .pin()
-            .get(name)
+            .get(&Lookup(name))
             .filter(|e| !e.control.is_stopped())
             .map(|e| e.id)
     }
@@ -135,8 +211,8 @@ impl Registry {
         if let Some(list) = by_actor.remove(&id) {
             let by_name = self.by_name.pin();
             for n in list {
-                if by_name.get(&n).is_some_and(|e| e.id == id) {
-                    by_name.remove(&n);
+                if by_name.get(&Lookup(&n)).is_some_and(|e| e.id == id) {
+                    by_name.remove(&Lookup(&n));
                 }
             }
         }
@@ -193,5 +269,44 @@ impl Registry {
             }
             None => Vec::new(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Lookup, Name};
+
+    /// A `Name` must be found by a look-up of the text it holds, and only
+    /// by that, at every length around the inline limit and with
+    /// multi-byte characters across it.
+    #[test]
+    fn a_name_is_found_by_its_text() {
+        let names: Vec<String> = (0..=Name::INLINE + 2)
+            .map(|n| "v".repeat(n))
+            .chain(["vehicle/0018/00817".into(), "ünïcødé/名前/ä".into()])
+            .chain((0..6).map(|n| format!("{}é", "x".repeat(Name::INLINE - 3 + n))))
+            .collect();
+        let table = papaya::HashMap::new();
+        let pinned = table.pin();
+        for (i, n) in names.iter().enumerate() {
+            pinned.insert(Name::new(n), i);
+        }
+        assert_eq!(pinned.len(), names.len());
+        for (i, n) in names.iter().enumerate() {
+            assert_eq!(pinned.get(&Lookup(n)), Some(&i), "{n:?}");
+            assert_eq!(Name::new(n).to_text(), *n);
+        }
+        assert_eq!(pinned.get(&Lookup("vehicle/0018/00818")), None);
+        assert_eq!(pinned.get(&Lookup("vehicle/0018/0081")), None);
+        assert!(matches!(
+            Name::new(&"v".repeat(Name::INLINE)),
+            Name::Inline { .. }
+        ));
+        assert!(matches!(
+            Name::new(&"v".repeat(Name::INLINE + 1)),
+            Name::Heap(_)
+        ));
+        // No larger than the `String` it replaced: the entry stays as it was.
+        assert_eq!(std::mem::size_of::<Name>(), std::mem::size_of::<String>());
     }
 }
