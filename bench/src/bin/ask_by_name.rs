@@ -3,7 +3,7 @@
 //! realtime map's `/vehicle` path without HTTP (decision 0035).
 //!
 //! ```text
-//! bench/target/release/ask-by-name [table|whereis|actor|child] [threads] [actors]
+//! bench/target/release/ask-by-name [table|whereis|actor|child|observed] [threads] [actors] [pressure]
 //! ```
 //!
 //! Each of `threads` tokio tasks (one per worker thread) picks names at
@@ -13,9 +13,19 @@
 //! shared `HashMap<String, Arc<String>>`; `whereis` looks the actor up by
 //! name; `actor` looks it up and asks it for its state inside
 //! `handle_here`; `child` does the same with actors spawned as children of
-//! one supervisor, as the realtime map's vehicles are. Prints nanoseconds
+//! one supervisor, as the realtime map's vehicles are; `observed` as
+//! `child` in a system that observes its actors, as the realtime map's
+//! does. Prints nanoseconds
 //! per operation and thread (wall time × threads ÷ operations), after
 //! checking every answer.
+//!
+//! `pressure` (bytes, 0 by default) is other memory each operation writes
+//! after its ask, a line at a time through a 32 MiB ring per thread: a
+//! server's request buffers. With about 1,024 or more, the lines of an
+//! actor asked 2,000 operations ago have left the core's private caches,
+//! as in the realtime map's service, so each line an ask touches costs what
+//! it costs there. Compare builds at the same pressure; the figure includes
+//! the writes (`table` at the same pressure is their reference).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +33,9 @@ use std::time::{Duration, Instant};
 use troubadour::{handle_here, Actor, ActorRef, ActorSystem, Context, Handler, Message};
 
 const PER_THREAD: u64 = 1_000_000;
+
+/// Each thread's memory for `pressure`: far beyond its core's caches.
+const RING: usize = 32 << 20;
 
 struct Vehicle {
     state: Arc<String>,
@@ -66,9 +79,15 @@ fn main() {
     let actors: usize = args
         .next()
         .map_or(2_000, |n| n.parse().expect("actors: a number"));
-    if !matches!(mode.as_str(), "table" | "whereis" | "actor" | "child") {
+    let pressure: usize = args
+        .next()
+        .map_or(0, |n| n.parse().expect("pressure: a number of bytes"));
+    if !matches!(
+        mode.as_str(),
+        "table" | "whereis" | "actor" | "child" | "observed"
+    ) {
         eprintln!(
-            "usage: ask-by-name [table|whereis|actor|child] [threads] [actors]; got `{mode}`"
+            "usage: ask-by-name [table|whereis|actor|child|observed] [threads] [actors] [pressure]; got `{mode}`"
         );
         std::process::exit(2);
     }
@@ -77,13 +96,18 @@ fn main() {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let system = ActorSystem::new();
+    let system = if mode == "observed" {
+        ActorSystem::builder().observe().build()
+    } else {
+        ActorSystem::new()
+    };
     let ids: Arc<Vec<String>> = Arc::new(
         (0..actors)
             .map(|i| format!("{}/{}", i % 17, i * 7))
             .collect(),
     );
-    let fleet = (mode == "child").then(|| system.spawn(Fleet).expect("spawn the fleet"));
+    let fleet = matches!(mode.as_str(), "child" | "observed")
+        .then(|| system.spawn(Fleet).expect("spawn the fleet"));
     let mut table = HashMap::new();
     for id in ids.iter() {
         let state = Arc::new(state_of(id));
@@ -108,6 +132,8 @@ fn main() {
                 let (system, table, ids, mode) =
                     (system.handle(), table.clone(), ids.clone(), mode.clone());
                 tokio::spawn(async move {
+                    let mut ring = vec![0u8; if pressure > 0 { RING } else { 0 }];
+                    let mut at = 0;
                     let mut x = 0x9e37_79b9_7f4a_7c15_u64 ^ (t + 1);
                     let mut answers = 0;
                     for i in 0..PER_THREAD {
@@ -135,6 +161,10 @@ fn main() {
                             }
                         };
                         answers += u64::from(ok);
+                        for _ in 0..pressure.div_ceil(64) {
+                            ring[at] = ring[at].wrapping_add(1);
+                            at = (at + 64) % RING;
+                        }
                         if i % 64 == 0 {
                             // Let the runtime's other tasks (none here) run, as a server's would.
                             tokio::task::yield_now().await;
@@ -157,7 +187,8 @@ fn main() {
         "every answer names the asked vehicle"
     );
     println!(
-        "{mode}: {:.1} ns per operation and thread ({threads} threads, {} operations, {:.0} ms)",
+        "{mode}: {:.1} ns per operation and thread ({threads} threads, {actors} actors, \
+         pressure {pressure} B, {} operations, {:.0} ms)",
         elapsed.as_nanos() as f64 * threads as f64 / (threads * PER_THREAD) as f64,
         threads * PER_THREAD,
         elapsed.as_secs_f64() * 1e3
