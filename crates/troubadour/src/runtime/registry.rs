@@ -45,8 +45,9 @@ impl Name {
         }
     }
 
-    /// The name as text, for listing. Look-ups compare bytes instead
-    /// ([`Lookup`]): the check here costs as much as the comparison.
+    /// The name as text, for listing. The bytes were copied from a `str`,
+    /// so the check never replaces anything; it is paid here, when names
+    /// are listed, and never by a look-up (which compares bytes: [`Lookup`]).
     fn to_text(&self) -> String {
         String::from_utf8_lossy(self.as_bytes()).into_owned()
     }
