@@ -2,7 +2,7 @@
 //! and restart, and the parent's side of supervision. Runs on the actor's
 //! own turn, under the same consumer-role rule as the rest of the cell.
 
-use super::{ActorCell, AfterChildren, Extras, Phase, Request, HAS_ACTOR, TURN_READS_EXTRAS};
+use super::{ActorCell, AfterChildren, Extras, Phase, Request, HAS_ACTOR};
 use crate::api::actor::Actor;
 use crate::api::exit::{ActorId, Down, ExitReason, Exited};
 use crate::api::supervision::{Restart, RestartLog, RestartPlan, Step, Strategy};
@@ -693,9 +693,9 @@ impl<A: Actor> ActorCell<A> {
             if extras.unstash_on_restart {
                 // As `unstash_all` would: ahead of the mailbox, behind what is
                 // already waiting to be replayed.
+                let extras = self.extras_for_turn();
                 let mut stash = std::mem::take(&mut extras.stash);
                 extras.replay.append(&mut stash);
-                self.flags.set(TURN_READS_EXTRAS, true);
             }
             // Running from here on: a panic in the factory or in
             // `after_restart` is a new failure of this actor (caught where the
