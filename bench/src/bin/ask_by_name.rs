@@ -15,9 +15,8 @@
 //! `handle_here`; `child` does the same with actors spawned as children of
 //! one supervisor, as the realtime map's vehicles are; `observed` as
 //! `child` in a system that observes its actors, as the realtime map's
-//! does. Prints nanoseconds
-//! per operation and thread (wall time × threads ÷ operations), after
-//! checking every answer.
+//! does. Prints nanoseconds per operation and thread (wall time × threads
+//! ÷ operations), after checking every answer.
 //!
 //! `pressure` (bytes, 0 by default) is other memory each operation writes
 //! after its ask, a line at a time through a 32 MiB ring per thread: a
