@@ -22,9 +22,29 @@ use std::time::{Duration, Instant};
 use tokio::sync::broadcast;
 use troubadour::prelude::*;
 
+/// What a vehicle's registered name starts with; its id follows.
+const VEHICLE_NAME_PREFIX: &str = "vehicle/";
+
 /// The name a vehicle actor is registered under, for look-ups by id.
 pub fn vehicle_name(id: &str) -> String {
-    format!("vehicle/{id}")
+    [VEHICLE_NAME_PREFIX, id].concat()
+}
+
+/// Calls `f` with [`vehicle_name`]`(id)`, built on the stack when it fits
+/// in 64 bytes (every id of the feed does): a look-up per request need not
+/// allocate a name only to drop it.
+pub fn with_vehicle_name<R>(id: &str, f: impl FnOnce(&str) -> R) -> R {
+    let mut buf = [0u8; 64];
+    let (prefix, len) = (
+        VEHICLE_NAME_PREFIX.len(),
+        VEHICLE_NAME_PREFIX.len() + id.len(),
+    );
+    if len > buf.len() {
+        return f(&vehicle_name(id));
+    }
+    buf[..prefix].copy_from_slice(VEHICLE_NAME_PREFIX.as_bytes());
+    buf[prefix..len].copy_from_slice(id.as_bytes());
+    f(std::str::from_utf8(&buf[..len]).expect("two strings joined are UTF-8"))
 }
 
 impl Message for Position {
@@ -522,7 +542,22 @@ impl Handler<ListVehicles> for Fleet {
 
 #[cfg(test)]
 mod tests {
-    use super::VehicleState;
+    use super::{vehicle_name, with_vehicle_name, VehicleState};
+
+    #[test]
+    fn a_vehicle_is_looked_up_by_the_name_it_registers() {
+        for id in [
+            "22/1043",
+            "",
+            "ä/ö",
+            &"x".repeat(56),
+            &"y".repeat(57),
+            &"z".repeat(300),
+        ] {
+            assert_eq!(with_vehicle_name(id, str::to_owned), vehicle_name(id));
+        }
+        assert_eq!(vehicle_name("22/1043"), "vehicle/22/1043");
+    }
 
     fn state(node: Option<&str>) -> VehicleState {
         VehicleState {

@@ -5,7 +5,8 @@
 //! cluster it asks the virtual actor, wherever it lives.
 
 use crate::fleet::{
-    vehicle_name, Fleet, GetState, InjectedPanic, ListVehicles, MapBatch, Vehicle, VehicleState,
+    with_vehicle_name, Fleet, GetState, InjectedPanic, ListVehicles, MapBatch, Vehicle,
+    VehicleState,
 };
 use crate::metrics::{Metrics, Route};
 use crate::sharded::{InBox, NodeSummary, Summarize, VirtualVehicle, IN_BOX_GROUP, SUMMARY_GROUP};
@@ -118,7 +119,7 @@ async fn inject_panic(
     else {
         return error(StatusCode::BAD_REQUEST, "missing query parameter id");
     };
-    match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
+    match with_vehicle_name(&id, |name| shared.system.whereis::<Vehicle>(name)) {
         None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
         Some(actor) => match actor.tell(InjectedPanic) {
             Ok(()) => json(
@@ -189,22 +190,24 @@ async fn vehicle(
     {
         None => error(StatusCode::BAD_REQUEST, "missing query parameter id"),
         Some(id) => match &shared.vehicles {
-            Vehicles::Local(_) => match shared.system.whereis::<Vehicle>(&vehicle_name(&id)) {
-                None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
-                // A quick read: the turn runs on this thread when the
-                // vehicle is idle, with no worker woken (decision 0033).
-                Some(actor) => match handle_here(|| actor.ask(GetState))
-                    .timeout(ASK_TIMEOUT)
-                    .await
-                {
-                    Ok(Some(state)) => json(StatusCode::OK, &state),
-                    Ok(None) => error(
-                        StatusCode::NOT_FOUND,
-                        format!("vehicle {id} has no position since it restarted"),
-                    ),
-                    Err(e) => ask_failed(&id, e),
-                },
-            },
+            Vehicles::Local(_) => {
+                match with_vehicle_name(&id, |name| shared.system.whereis::<Vehicle>(name)) {
+                    None => error(StatusCode::NOT_FOUND, format!("no vehicle with id {id}")),
+                    // A quick read: the turn runs on this thread when the
+                    // vehicle is idle, with no worker woken (decision 0033).
+                    Some(actor) => match handle_here(|| actor.ask(GetState))
+                        .timeout(ASK_TIMEOUT)
+                        .await
+                    {
+                        Ok(Some(state)) => json(StatusCode::OK, &state),
+                        Ok(None) => error(
+                            StatusCode::NOT_FOUND,
+                            format!("vehicle {id} has no position since it restarted"),
+                        ),
+                        Err(e) => ask_failed(&id, e),
+                    },
+                }
+            }
             // Every id names a virtual actor; one that never had a
             // position (here or in the store) has no state.
             Vehicles::Cluster(cluster) => match cluster

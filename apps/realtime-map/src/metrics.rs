@@ -3,9 +3,14 @@
 //! Everything is a relaxed atomic: a scrape may see one counter a message
 //! ahead of another, which Prometheus tolerates, and the hot paths pay one
 //! uncontended-in-the-common-case increment.
+//!
+//! The HTTP counters are bumped by every request on every tokio thread, so
+//! they are kept per thread ([`HttpShard`]) and summed when read: with one
+//! set shared by all, each answer's three increments fetched lines the
+//! other thread had just written.
 
 use std::fmt::Write;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::Duration;
 
 /// Upper bounds of the HTTP latency buckets, in microseconds.
@@ -14,39 +19,110 @@ const LATENCY_BOUNDS_US: [u64; 14] = [
     1_000_000,
 ];
 
-/// A Prometheus histogram of durations.
+/// A Prometheus histogram of durations, as one thread records it.
 #[derive(Default)]
-pub struct Latency {
+struct Latency {
     buckets: [AtomicU64; LATENCY_BOUNDS_US.len() + 1],
     sum_ns: AtomicU64,
 }
 
 impl Latency {
-    /// Records one observation.
-    pub fn record(&self, d: Duration) {
+    fn record(&self, d: Duration) {
         let us = d.as_micros() as u64;
         let i = LATENCY_BOUNDS_US.partition_point(|&b| b < us);
         self.buckets[i].fetch_add(1, Relaxed);
         self.sum_ns.fetch_add(d.as_nanos() as u64, Relaxed);
     }
+}
 
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.buckets.iter().map(|b| b.load(Relaxed)).sum()
+/// A histogram's figures summed over the threads, for rendering.
+#[derive(Default)]
+struct LatencyTotals {
+    buckets: [u64; LATENCY_BOUNDS_US.len() + 1],
+    sum_ns: u64,
+}
+
+impl LatencyTotals {
+    fn add(&mut self, l: &Latency) {
+        for (total, b) in self.buckets.iter_mut().zip(&l.buckets) {
+            *total += b.load(Relaxed);
+        }
+        self.sum_ns += l.sum_ns.load(Relaxed);
+    }
+
+    fn count(&self) -> u64 {
+        self.buckets.iter().sum()
     }
 
     fn render(&self, out: &mut String, name: &str, labels: &str) {
         let mut cumulative = 0;
         for (i, bound) in LATENCY_BOUNDS_US.iter().enumerate() {
-            cumulative += self.buckets[i].load(Relaxed);
+            cumulative += self.buckets[i];
             let le = *bound as f64 / 1e6;
             let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
         }
-        cumulative += self.buckets[LATENCY_BOUNDS_US.len()].load(Relaxed);
+        cumulative += self.buckets[LATENCY_BOUNDS_US.len()];
         let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
-        let sum = self.sum_ns.load(Relaxed) as f64 / 1e9;
+        let sum = self.sum_ns as f64 / 1e9;
         let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
         let _ = writeln!(out, "{name}_count{{{labels}}} {cumulative}");
+    }
+}
+
+/// How many sets of HTTP counters there are. A thread draws one number
+/// when it first answers and counts into that set ever after, so threads
+/// share a set only beyond this many.
+const HTTP_SHARDS: usize = 8;
+
+/// One thread's HTTP counters, on lines of their own.
+#[derive(Default)]
+#[repr(align(128))]
+struct HttpShard {
+    /// Answers by class: 2xx, 4xx, 5xx.
+    responses: [AtomicU64; 3],
+    vehicle: Latency,
+    vehicles: Latency,
+}
+
+/// The HTTP counters of every thread.
+struct HttpCounters {
+    shards: Box<[HttpShard]>,
+}
+
+impl Default for HttpCounters {
+    fn default() -> Self {
+        HttpCounters {
+            shards: (0..HTTP_SHARDS).map(|_| HttpShard::default()).collect(),
+        }
+    }
+}
+
+impl HttpCounters {
+    /// This thread's set.
+    fn mine(&self) -> &HttpShard {
+        static NEXT: AtomicUsize = AtomicUsize::new(0);
+        thread_local! {
+            static SHARD: usize = NEXT.fetch_add(1, Relaxed) % HTTP_SHARDS;
+        }
+        &self.shards[SHARD.with(|s| *s)]
+    }
+
+    fn responses(&self, class: usize) -> u64 {
+        self.shards
+            .iter()
+            .map(|s| s.responses[class].load(Relaxed))
+            .sum()
+    }
+
+    fn latency(&self, route: Route) -> LatencyTotals {
+        let mut totals = LatencyTotals::default();
+        for s in self.shards.iter() {
+            totals.add(match route {
+                Route::Vehicle => &s.vehicle,
+                Route::Vehicles => &s.vehicles,
+            });
+        }
+        totals
     }
 }
 
@@ -83,31 +159,44 @@ pub struct Metrics {
     pub map_batches_received: AtomicU64,
     /// Positions per second over the last second (sampled).
     pub positions_per_second: AtomicU64,
-    /// HTTP answers by class: 2xx, 4xx, 5xx.
-    pub http_2xx: AtomicU64,
-    /// See `http_2xx`.
-    pub http_4xx: AtomicU64,
-    /// See `http_2xx`.
-    pub http_5xx: AtomicU64,
-    /// Latency of `GET /vehicle`.
-    pub vehicle_latency: Latency,
-    /// Latency of `GET /vehicles`.
-    pub vehicles_latency: Latency,
+    /// HTTP answers by class and their latency, per thread.
+    http: HttpCounters,
 }
 
 impl Metrics {
     /// Counts one HTTP answer.
     pub fn answered(&self, route: Route, status: u16, took: Duration) {
-        match status {
-            200..=299 => &self.http_2xx,
-            400..=499 => &self.http_4xx,
-            _ => &self.http_5xx,
-        }
-        .fetch_add(1, Relaxed);
+        let mine = self.http.mine();
+        let class = match status {
+            200..=299 => 0,
+            400..=499 => 1,
+            _ => 2,
+        };
+        mine.responses[class].fetch_add(1, Relaxed);
         match route {
-            Route::Vehicle => self.vehicle_latency.record(took),
-            Route::Vehicles => self.vehicles_latency.record(took),
+            Route::Vehicle => mine.vehicle.record(took),
+            Route::Vehicles => mine.vehicles.record(took),
         }
+    }
+
+    /// HTTP answers with a 2xx status so far.
+    pub fn http_2xx(&self) -> u64 {
+        self.http.responses(0)
+    }
+
+    /// HTTP answers with a 4xx status so far.
+    pub fn http_4xx(&self) -> u64 {
+        self.http.responses(1)
+    }
+
+    /// HTTP answers with any other status (5xx) so far.
+    pub fn http_5xx(&self) -> u64 {
+        self.http.responses(2)
+    }
+
+    /// Answers to `route` so far, every status.
+    pub fn http_answers(&self, route: Route) -> u64 {
+        self.http.latency(route).count()
     }
 
     /// Positions waiting in the fleet actor's mailbox.
@@ -210,15 +299,14 @@ impl Metrics {
             out,
             "# HELP realtime_map_http_responses_total HTTP responses by status class.\n# TYPE realtime_map_http_responses_total counter"
         );
-        for (class, counter) in [
-            ("2xx", &self.http_2xx),
-            ("4xx", &self.http_4xx),
-            ("5xx", &self.http_5xx),
+        for (class, count) in [
+            ("2xx", self.http_2xx()),
+            ("4xx", self.http_4xx()),
+            ("5xx", self.http_5xx()),
         ] {
             let _ = writeln!(
                 out,
-                "realtime_map_http_responses_total{{class=\"{class}\"}} {}",
-                counter.load(Relaxed)
+                "realtime_map_http_responses_total{{class=\"{class}\"}} {count}"
             );
         }
         let name = "realtime_map_http_request_duration_seconds";
@@ -226,9 +314,11 @@ impl Metrics {
             out,
             "# HELP {name} Time from a request reaching its handler to its answer.\n# TYPE {name} histogram"
         );
-        self.vehicle_latency
+        self.http
+            .latency(Route::Vehicle)
             .render(&mut out, name, "route=\"/vehicle\"");
-        self.vehicles_latency
+        self.http
+            .latency(Route::Vehicles)
             .render(&mut out, name, "route=\"/vehicles\"");
         out
     }
@@ -244,8 +334,10 @@ mod tests {
         l.record(Duration::from_micros(50)); // le 0.00005
         l.record(Duration::from_micros(51)); // le 0.0001
         l.record(Duration::from_secs(3)); // +Inf only
+        let mut totals = LatencyTotals::default();
+        totals.add(&l);
         let mut out = String::new();
-        l.render(&mut out, "x", "r=\"a\"");
+        totals.render(&mut out, "x", "r=\"a\"");
         assert!(
             out.contains("x_bucket{r=\"a\",le=\"0.00005\"} 1\n"),
             "{out}"
@@ -254,6 +346,46 @@ mod tests {
         assert!(out.contains("x_bucket{r=\"a\",le=\"1\"} 2\n"), "{out}");
         assert!(out.contains("x_bucket{r=\"a\",le=\"+Inf\"} 3\n"), "{out}");
         assert!(out.contains("x_count{r=\"a\"} 3\n"), "{out}");
-        assert_eq!(l.count(), 3);
+        assert_eq!(totals.count(), 3);
+    }
+
+    /// Answers counted on more threads than there are sets of counters
+    /// (so some threads share one) all show in the totals and the text.
+    #[test]
+    fn answers_from_every_thread_are_summed() {
+        let m = Metrics::default();
+        let threads = 2 * HTTP_SHARDS + 3;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let m = &m;
+                s.spawn(move || {
+                    for i in 0..1_000 {
+                        let status = if i % 10 == 0 { 404 } else { 200 };
+                        m.answered(Route::Vehicle, status, Duration::from_micros(t as u64));
+                    }
+                    m.answered(Route::Vehicles, 503, Duration::from_secs(2));
+                });
+            }
+        });
+        let n = threads as u64;
+        assert_eq!(m.http_2xx(), 900 * n);
+        assert_eq!(m.http_4xx(), 100 * n);
+        assert_eq!(m.http_5xx(), n);
+        assert_eq!(m.http_answers(Route::Vehicle), 1_000 * n);
+        assert_eq!(m.http_answers(Route::Vehicles), n);
+        let text = m.render(0);
+        assert!(
+            text.contains(&format!(
+                "realtime_map_http_responses_total{{class=\"2xx\"}} {}\n",
+                900 * n
+            )),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "realtime_map_http_request_duration_seconds_count{{route=\"/vehicles\"}} {n}\n"
+            )),
+            "{text}"
+        );
     }
 }

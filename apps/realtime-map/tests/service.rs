@@ -199,7 +199,7 @@ async fn vehicles_answer_with_what_was_published() {
         "{text}"
     );
     assert!(text.contains("realtime_map_http_request_duration_seconds_count{route=\"/vehicle\"}"));
-    assert_eq!(app.metrics().http_5xx.load(Relaxed), 0);
+    assert_eq!(app.metrics().http_5xx(), 0);
     app.shutdown().await.expect("clean shutdown");
 }
 
