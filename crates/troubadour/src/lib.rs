@@ -102,9 +102,9 @@ pub use api::supervision::{Restart, Strategy, SupervisorStrategy};
 pub use runtime::crash_report::CrashReports;
 pub use runtime::dead_letters::{DeadLetter, DeadLetterReason};
 pub use runtime::deadline::Deadline;
-pub use runtime::envelope::{Awaiting, Handles, Immediate};
 #[doc(hidden)]
-pub use runtime::envelope::{Envelope, EnvelopeVTable};
+pub use runtime::envelope::{Answered, Envelope, EnvelopeVTable, HandleNow};
+pub use runtime::envelope::{Awaiting, Handles, Immediate};
 pub use runtime::observation::{
     ActorDetails, ActorSample, DeadLetterCounts, KindMetrics, RuntimeMetrics, WorkerMetrics,
     DEPTH_CAP,

@@ -269,3 +269,345 @@ fn a_panic_in_a_turn_run_here_fails_only_the_actor() {
     let (n, _) = fragile.ask(Try(7)).timeout(LIVENESS).wait().unwrap();
     assert_eq!(n, 7);
 }
+
+// An ask of an idle actor inside `handle_here` is answered as it is sent,
+// without a reply channel (decision 0065). What a handler may do with its
+// ask must work there as on a worker.
+
+/// Holds asks back while locked: stashes them with their replies, or hands
+/// their replies to the test to answer later.
+struct Gate {
+    locked: bool,
+    deferred: mpsc::Sender<troubadour::DeferredReply<u64>>,
+}
+impl Actor for Gate {}
+
+struct Value(u64);
+impl Message for Value {
+    type Reply = u64;
+}
+impl Handler<Value> for Gate {
+    fn handle(&mut self, Value(n): Value, ctx: &mut Context<Self>) -> u64 {
+        if self.locked {
+            ctx.stash(Value(n));
+        }
+        // Discarded when stashed: the reply goes out when it is handled
+        // again.
+        n * 10
+    }
+}
+
+struct Later(u64);
+impl Message for Later {
+    type Reply = u64;
+}
+impl Handler<Later> for Gate {
+    fn handle(&mut self, Later(n): Later, ctx: &mut Context<Self>) -> u64 {
+        let reply = ctx.defer_reply::<Later>().expect("an ask's reply");
+        assert!(
+            ctx.defer_reply::<Later>().is_none(),
+            "a reply is taken once"
+        );
+        self.deferred.send(reply).unwrap();
+        // Discarded: the reply was taken over.
+        n
+    }
+}
+
+struct Unlock;
+impl Message for Unlock {
+    type Reply = ();
+}
+impl Handler<Unlock> for Gate {
+    fn handle(&mut self, _: Unlock, ctx: &mut Context<Self>) {
+        self.locked = false;
+        ctx.unstash_all();
+    }
+}
+
+struct Lock;
+impl Message for Lock {
+    type Reply = ();
+}
+impl Handler<Lock> for Gate {
+    fn handle(&mut self, _: Lock, _: &mut Context<Self>) {
+        self.locked = true;
+    }
+}
+
+impl Handler<WhereAmI> for Gate {
+    fn handle(&mut self, _: WhereAmI, _: &mut Context<Self>) -> ThreadId {
+        thread::current().id()
+    }
+}
+
+/// Asks until an ask is answered on this thread (the actor's start may
+/// hold it on a worker at first).
+fn until_answered_here<A: Handler<WhereAmI>>(actor: &ActorRef<A>) {
+    let deadline = Instant::now() + LIVENESS;
+    let me = thread::current().id();
+    while handle_here(|| actor.ask(WhereAmI))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap()
+        != me
+    {
+        assert!(Instant::now() < deadline, "liveness guard");
+        thread::yield_now();
+    }
+}
+
+#[test]
+fn a_reply_deferred_by_a_handler_run_here_arrives_when_sent() {
+    let system = ActorSystem::new();
+    let (deferred_tx, deferred) = mpsc::channel();
+    let gate = system
+        .spawn(Gate {
+            locked: false,
+            deferred: deferred_tx,
+        })
+        .unwrap();
+    until_answered_here(&gate);
+    for n in 0..50 {
+        let mut ask = handle_here(|| gate.ask(Later(n)));
+        let reply = deferred.recv_timeout(LIVENESS).unwrap();
+        // Not answered yet: the handler's own return value was dropped.
+        let waker = futures_noop_waker();
+        let pending = std::future::Future::poll(
+            std::pin::Pin::new(&mut ask),
+            &mut std::task::Context::from_waker(&waker),
+        )
+        .is_pending();
+        assert!(pending, "answered before the deferred reply was sent");
+        reply.send(n + 1000).unwrap();
+        assert_eq!(ask.timeout(LIVENESS).wait().unwrap(), n + 1000);
+    }
+}
+
+#[test]
+fn an_ask_stashed_by_a_handler_run_here_is_answered_when_unstashed() {
+    let system = ActorSystem::new();
+    let (deferred_tx, _deferred) = mpsc::channel();
+    let gate = system
+        .spawn(Gate {
+            locked: false,
+            deferred: deferred_tx,
+        })
+        .unwrap();
+    until_answered_here(&gate);
+    handle_here(|| gate.ask(Lock))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    let held: Vec<_> = (1..=5)
+        .map(|n| handle_here(|| gate.ask(Value(n))))
+        .collect();
+    handle_here(|| gate.ask(Unlock))
+        .timeout(LIVENESS)
+        .wait()
+        .unwrap();
+    // In the order they were asked, each with its own reply.
+    let replies: Vec<u64> = held
+        .into_iter()
+        .map(|a| a.timeout(LIVENESS).wait().unwrap())
+        .collect();
+    assert_eq!(replies, [10, 20, 30, 40, 50]);
+}
+
+/// Replies, then stops if asked to.
+struct Quitter;
+impl Actor for Quitter {}
+impl Handler<WhereAmI> for Quitter {
+    fn handle(&mut self, _: WhereAmI, _: &mut Context<Self>) -> ThreadId {
+        thread::current().id()
+    }
+}
+struct Answer {
+    then_stop: bool,
+}
+impl Message for Answer {
+    type Reply = &'static str;
+}
+impl Handler<Answer> for Quitter {
+    fn handle(&mut self, a: Answer, ctx: &mut Context<Self>) -> &'static str {
+        if a.then_stop {
+            ctx.stop();
+        }
+        "answered"
+    }
+}
+
+#[test]
+fn a_stop_asked_for_in_a_handler_run_here_comes_after_its_reply() {
+    let system = ActorSystem::new();
+    let quitter = system.spawn(Quitter).unwrap();
+    until_answered_here(&quitter);
+    let last = handle_here(|| quitter.ask(Answer { then_stop: true }));
+    assert_eq!(last.timeout(LIVENESS).wait().unwrap(), "answered");
+    let reason = system.block_on(quitter.wait_stopped());
+    assert_eq!(reason, ExitReason::Normal);
+    assert!(!quitter.is_alive());
+    let after = handle_here(|| quitter.ask(Answer { then_stop: false }));
+    assert!(
+        after.timeout(LIVENESS).wait().is_err(),
+        "a stopped actor answered"
+    );
+}
+
+/// Asks another actor and waits for it inside its handler.
+struct Relay(ActorRef<Where>);
+impl Actor for Relay {}
+struct Through;
+impl Message for Through {
+    type Reply = ThreadId;
+}
+impl Handler<Through> for Relay {
+    fn handle(&mut self, _: Through, _: &mut Context<Self>) -> ThreadId {
+        // Not answered here in turn: this thread is inside a turn already.
+        handle_here(|| self.0.ask(WhereAmI))
+            .timeout(LIVENESS)
+            .wait()
+            .unwrap()
+    }
+}
+
+#[test]
+fn a_handler_run_here_may_wait_for_another_actor() {
+    let system = ActorSystem::new();
+    let inner = system.spawn(Where).unwrap();
+    let relay = system.spawn(Relay(inner)).unwrap();
+    multi_thread().block_on(async {
+        tokio::spawn(async move {
+            for _ in 0..100 {
+                let me = thread::current().id();
+                let inner_on = handle_here(|| relay.ask(Through))
+                    .timeout(LIVENESS)
+                    .await
+                    .unwrap();
+                assert_ne!(inner_on, me, "a nested turn ran inside a turn run here");
+            }
+        })
+        .await
+        .unwrap();
+    });
+}
+
+/// Answers `Numbered` with how many it has had from that sender, so each
+/// sender can check its asks are answered once each, in order.
+struct Counter {
+    seen: Vec<u64>,
+    in_turn: Arc<AtomicBool>,
+    overlaps: Arc<AtomicU64>,
+}
+impl Actor for Counter {}
+struct Numbered {
+    sender: usize,
+}
+impl Message for Numbered {
+    type Reply = u64;
+}
+impl Handler<Numbered> for Counter {
+    fn handle(&mut self, Numbered { sender }: Numbered, _: &mut Context<Self>) -> u64 {
+        if self.in_turn.swap(true, Ordering::AcqRel) {
+            self.overlaps.fetch_add(1, Ordering::Relaxed);
+        }
+        self.seen[sender] += 1;
+        let n = self.seen[sender];
+        self.in_turn.store(false, Ordering::Release);
+        n
+    }
+}
+
+/// Asks answered as they are sent, from plain threads and tokio tasks,
+/// racing tells and asks that the workers handle, in an observed system:
+/// each ask answered once and in its sender's order, never two handlers at
+/// once, and every message counted.
+#[test]
+fn asks_answered_here_race_with_the_workers_one_message_at_a_time() {
+    const PER_SENDER: u64 = if cfg!(miri) { 50 } else { 5_000 };
+    const HERE_THREADS: usize = 2;
+    const HERE_TASKS: usize = 3;
+    const ELSEWHERE: usize = 2;
+    let senders = HERE_THREADS + HERE_TASKS + ELSEWHERE;
+    let system = ActorSystem::builder().worker_threads(2).observe().build();
+    let overlaps = Arc::new(AtomicU64::new(0));
+    let counter = system
+        .spawn(Counter {
+            seen: vec![0; senders],
+            in_turn: Arc::new(AtomicBool::new(false)),
+            overlaps: overlaps.clone(),
+        })
+        .unwrap();
+    let check = |sender: usize, seq: u64, answer: u64| {
+        assert_eq!(
+            answer,
+            seq + 1,
+            "sender {sender}: an ask answered out of order"
+        );
+    };
+    let runtime = multi_thread();
+    let mut threads = vec![];
+    for sender in 0..HERE_THREADS + ELSEWHERE {
+        let counter = counter.clone();
+        threads.push(thread::spawn(move || {
+            for seq in 0..PER_SENDER {
+                let ask = || counter.ask(Numbered { sender });
+                let answer = if sender < HERE_THREADS {
+                    handle_here(ask)
+                } else {
+                    ask()
+                };
+                check(sender, seq, answer.timeout(LIVENESS).wait().unwrap());
+            }
+        }));
+    }
+    let tasks: Vec<_> = (HERE_THREADS + ELSEWHERE..senders)
+        .map(|sender| {
+            let counter = counter.clone();
+            runtime.spawn(async move {
+                for seq in 0..PER_SENDER {
+                    let answer = handle_here(|| counter.ask(Numbered { sender }))
+                        .timeout(LIVENESS)
+                        .await
+                        .unwrap();
+                    check(sender, seq, answer);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    runtime.block_on(async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    });
+    assert_eq!(overlaps.load(Ordering::Relaxed), 0, "two handlers at once");
+    // Every message counted by the observer, those answered here included
+    // (a turn's count is added when it ends: the last reply may come first).
+    let total = senders as u64 * PER_SENDER;
+    let deadline = Instant::now() + LIVENESS;
+    loop {
+        let handled = system
+            .actor_details(counter.id())
+            .expect("observed")
+            .sample
+            .messages_handled;
+        if handled == total {
+            break;
+        }
+        assert!(handled < total, "counted {handled} of {total}");
+        assert!(Instant::now() < deadline, "liveness guard");
+        thread::yield_now();
+    }
+}
+
+/// A waker that does nothing, to poll once by hand.
+fn futures_noop_waker() -> std::task::Waker {
+    struct Noop;
+    impl std::task::Wake for Noop {
+        fn wake(self: Arc<Self>) {}
+    }
+    Arc::new(Noop).into()
+}

@@ -11,8 +11,8 @@ use crate::api::actor::{Actor, Message};
 use crate::api::error::{AskError, SendError};
 use crate::api::exit::{ActorId, ExitReason};
 use crate::runtime::blocking::block_on;
-use crate::runtime::cell::{ActorCell, TellPath};
-use crate::runtime::envelope::{envelope, Handles, ReplyTo};
+use crate::runtime::cell::{ActorCell, HandledHere, TellPath};
+use crate::runtime::envelope::{envelope, Answered, Handles, ReplyTo};
 use crate::runtime::mailbox_bound::NoRoom;
 use crate::runtime::remote::{Outgoing, Refusal, ReplySender, Route};
 use crate::runtime::signal::{ControlHandle, Signal, Watcher};
@@ -324,6 +324,36 @@ impl<A: Actor> ActorRef<A> {
         A: Handles<M, K>,
     {
         let system = &self.cell.system;
+        // Inside `handle_here`, an idle actor answers as it is asked.
+        let msg = match self.cell.ask_here::<M, K>(msg) {
+            HandledHere::NotHere(msg) => msg,
+            HandledHere::Answered(answered) => {
+                let state = match answered {
+                    Some(Answered::Now(reply)) => AskState::Ready(Some(reply)),
+                    Some(Answered::Later(rx)) => AskState::Waiting(rx),
+                    // It panicked: no reply will come.
+                    None => AskState::Failed(Some(AskError::NoReply)),
+                };
+                return Ask {
+                    state,
+                    timeout: system.config.ask_timeout,
+                    sleep: None,
+                    clock: self.cell.clone(),
+                };
+            }
+            HandledHere::Held(msg) => {
+                let (tx, rx) = oneshot::channel();
+                // SAFETY: a fresh node for this actor type, given up here
+                // with the role `ask_here` took.
+                unsafe { self.cell.enqueue_held(envelope::<A, M, K>(msg, Some(tx))) };
+                return Ask {
+                    state: AskState::Waiting(rx),
+                    timeout: system.config.ask_timeout,
+                    sleep: None,
+                    clock: self.cell.clone(),
+                };
+            }
+        };
         let state = if self.cell.closed_or_held() {
             if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
                 return self.ask_remote(route, msg);
@@ -483,6 +513,8 @@ impl<A: Actor> ActorRef<A> {
 }
 
 enum AskState<R> {
+    /// Answered as it was asked (`handle_here`).
+    Ready(Option<R>),
     Waiting(oneshot::Receiver<R>),
     /// An ask of a remote actor: the remote layer ends it with the reply or
     /// a typed error.
@@ -555,6 +587,9 @@ impl<R> Ask<R> {
     }
 }
 
+// Nothing in an `Ask` is pinned in place: a reply it holds is moved out.
+impl<R> Unpin for Ask<R> {}
+
 impl<R> Future for Ask<R> {
     type Output = Result<R, AskError>;
 
@@ -564,6 +599,7 @@ impl<R> Future for Ask<R> {
             AskState::Failed(e) => {
                 return Poll::Ready(Err(e.take().unwrap_or(AskError::NoReply)));
             }
+            AskState::Ready(reply) => return Poll::Ready(reply.take().ok_or(AskError::NoReply)),
             AskState::Waiting(rx) => match Pin::new(rx).poll(cx) {
                 Poll::Ready(Ok(reply)) => return Poll::Ready(Ok(reply)),
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::NoReply)),

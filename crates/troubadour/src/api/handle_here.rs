@@ -9,12 +9,22 @@
 //! turn itself when the actor was idle, so the reply is ready when the task
 //! awaits it, with no thread woken on either side.
 
-use crate::runtime::scheduler::{arrival_running, keep_arrival};
+use crate::runtime::scheduler::{arrival_running, keep_arrival_answering};
 
 /// Runs `send` (a `tell` or an `ask`, or several), and if it woke exactly
 /// one idle actor of a system with worker threads, runs that actor's turn
 /// here, on the calling thread, before returning: an `ask`'s reply is then
 /// ready when it is awaited, with no worker woken and no hand-over back.
+///
+/// An `ask` of an actor that is idle with nothing else to do is answered
+/// as it is sent: its handler is called with the message itself, inside
+/// the `ask`, and the reply is kept in the returned [`Ask`](crate::Ask),
+/// with no message queued and no reply channel made (decision 0065). What
+/// `send` sends after that goes to the workers, as for a second actor
+/// woken. A handler there may take its reply over
+/// ([`Context::defer_reply`](crate::Context::defer_reply), or stash its
+/// message); whatever it asks of its actor (a stop, an unstash) is done in
+/// a turn that follows on a worker.
 ///
 /// What stays the same: the actor handles one message at a time (the turn
 /// here holds the same role a worker's would), in the order its senders
@@ -69,7 +79,7 @@ pub fn handle_here<R>(send: impl FnOnce() -> R) -> R {
     if arrival_running() || on_current_thread_tokio() {
         return send();
     }
-    let (sent, arrival) = keep_arrival(send);
+    let (sent, arrival) = keep_arrival_answering(send);
     if let Some(arrival) = arrival {
         arrival.run();
     }

@@ -450,9 +450,10 @@ impl Queue {
         }
     }
 
-    /// `true` if nobody holds the consumer role (for tests: it may change
-    /// at any moment).
-    #[cfg(any(test, loom))]
+    /// `true` if nobody held the consumer role at this load: a hint, as
+    /// it may be taken the next moment (an ask handled where it is sent
+    /// looks before it offers, so as not to disturb a holder).
+    #[inline]
     pub fn is_idle(&self) -> bool {
         is_idle(self.tail.load(Ordering::SeqCst))
     }

@@ -504,6 +504,104 @@ impl<A: Actor> ActorCell<A> {
         }
     }
 
+    /// An ask sent inside a keeping call ([`handle_here`](crate::handle_here))
+    /// to an actor that is idle with nothing to do: takes the consumer role
+    /// as an offer does (`mailbox.rs`, invariant 6) and calls the handler
+    /// with the message itself, on this thread, as the turn this send would
+    /// have started here. No node and no reply channel: the reply is
+    /// returned (decision 0065). Where that is not so, the message goes
+    /// back to the caller: [`HandledHere::NotHere`] with nothing changed,
+    /// [`HandledHere::Held`] with the role taken, to be given to the
+    /// message's node ([`enqueue_held`](Self::enqueue_held)).
+    #[inline]
+    pub(crate) fn ask_here<M, K>(self: &Arc<Self>, msg: M) -> HandledHere<M>
+    where
+        M: crate::Message,
+        A: crate::runtime::envelope::Handles<M, K>,
+    {
+        let Some(handle_now) = <A as crate::runtime::envelope::Handles<M, K>>::HANDLE_NOW else {
+            return HandledHere::NotHere(msg);
+        };
+        let scheduler = &self.system.scheduler;
+        // What a send reads first: an actor that refuses messages, whose
+        // sends are held (a simulation) or bounded, or whose configuration
+        // a turn handles (a deadline, a thread of its own) or that is a
+        // remote actor's proxy, takes its usual path. The role is looked
+        // at before it is offered for: an offer while someone holds it
+        // would make that holder look for input again.
+        if !scheduler.may_handle_here()
+            || !matches!(self.tell_path(), TellPath::Open)
+            || self
+                .config
+                .as_ref()
+                .is_some_and(|c| c.deadline.is_some() || c.dedicated.is_some() || c.route.is_some())
+            || !self.mailbox.is_idle()
+            || !self.mailbox.try_acquire()
+        {
+            return HandledHere::NotHere(msg);
+        }
+        // SAFETY: we hold the role: the consumer fields are ours, and the
+        // actor is touched by no other thread until we give the role up.
+        unsafe {
+            // Anything a turn would do before this message: drain a
+            // stopped actor, start, apply a signal or a request, resume,
+            // replay, take queued messages first.
+            let plain = self.run.load() & (CLOSED | WOKEN) == 0
+                && self.phase() == Phase::Running
+                && !self.flags.get(TURN_READS_EXTRAS)
+                && *self.request.get() == Request::None
+                && self.signals.looks_empty()
+                && self.mailbox.looks_empty();
+            if !plain {
+                return HandledHere::Held(msg);
+            }
+            let answered = scheduler.handle_here(|| {
+                let mut ctx = self.context();
+                let handled = catch_unwind(AssertUnwindSafe(|| {
+                    handle_now(self.actor_mut(), msg, &mut ctx)
+                }));
+                // Counted even if it panicked, as in a turn.
+                if let Some(stats) = self.stats() {
+                    self.observe_turn(stats, 1);
+                }
+                match handled {
+                    // A handler that asked for something of its actor
+                    // (stop, fail, unstash) leaves it to a turn.
+                    Ok(answered) => (Some(answered), ctx.take_dirty()),
+                    Err(payload) => {
+                        self.fail_from_panic(payload);
+                        (None, false)
+                    }
+                }
+            });
+            let (answered, for_a_turn) = answered;
+            // Give the role up, or, with input come meanwhile or work left
+            // for a turn, hand the actor on as a send that took the role
+            // does.
+            if for_a_turn || self.release() {
+                self.acquired();
+            }
+            HandledHere::Answered(answered)
+        }
+    }
+
+    /// Enqueues a built message node behind the role the caller took
+    /// ([`HandledHere::Held`]), then hands the actor on as a send that
+    /// took the role does.
+    ///
+    /// # Safety
+    /// As for [`enqueue`](Self::enqueue), and the caller holds the consumer
+    /// role, which it gives up with this call.
+    pub(crate) unsafe fn enqueue_held(self: &Arc<Self>, env: *mut Envelope<A>) {
+        // SAFETY: a live node we own (contract); while we hold the role the
+        // push cannot take it (`mailbox.rs`, invariant 4).
+        unsafe {
+            let took = self.mailbox.push(Envelope::as_link(env));
+            debug_assert!(!took, "the role was already ours");
+            self.acquired();
+        }
+    }
+
     /// Drains a stopped actor until a release finds nothing more.
     ///
     /// # Safety
@@ -1489,6 +1587,17 @@ impl<A: Actor> ActorCell<A> {
             }
         }
     }
+}
+
+/// What [`ActorCell::ask_here`] did with an ask.
+pub(crate) enum HandledHere<M: crate::Message> {
+    /// Handled: its answer, or `None` if the handler panicked.
+    Answered(Option<crate::runtime::envelope::Answered<M::Reply>>),
+    /// Not handled, nothing changed: send it as usual.
+    NotHere(M),
+    /// Not handled, and the caller holds the actor's consumer role: its
+    /// node goes in with [`ActorCell::enqueue_held`].
+    Held(M),
 }
 
 /// How a `tell` goes ([`ActorCell::tell_path`]).

@@ -216,6 +216,25 @@ pub trait Handles<M: Message, K>: crate::Actor + sealed::Sealed<M, K> {
     /// For a sender's first, small run of `tell`s to an actor.
     #[doc(hidden)]
     const VTABLE_RUN_SMALL: Option<&'static EnvelopeVTable<Self>>;
+    /// Handles an `ask` without a node, on the thread that sends it
+    /// (`ActorCell::ask_here`); none for an async handler, whose turn may
+    /// outlast the call.
+    #[doc(hidden)]
+    const HANDLE_NOW: Option<HandleNow<Self, M>>;
+}
+
+/// The type of [`Handles::HANDLE_NOW`].
+#[doc(hidden)]
+pub type HandleNow<A, M> = fn(&mut A, M, &mut Context<A>) -> Answered<<M as Message>::Reply>;
+
+/// What a handler run by [`Handles::HANDLE_NOW`] did with its ask.
+#[doc(hidden)]
+pub enum Answered<R> {
+    /// Returned the reply.
+    Now(R),
+    /// Took the reply over ([`Context::defer_reply`], or a stash with its
+    /// reply): it comes through this channel.
+    Later(oneshot::Receiver<R>),
 }
 
 /// The seal of [`Handles`]: a public trait in a private module, so no
@@ -228,6 +247,7 @@ impl<A: Handler<M>, M: Message> sealed::Sealed<M, Immediate> for A {}
 impl<A: AsyncHandler<M>, M: Message> sealed::Sealed<M, Awaiting> for A {}
 
 impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
+    const HANDLE_NOW: Option<HandleNow<A, M>> = Some(handle_now::<A, M>);
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_sync::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
@@ -281,6 +301,7 @@ impl<A: Handler<M>, M: Message> Handles<M, Immediate> for A {
 }
 
 impl<A: AsyncHandler<M>, M: Message> Handles<M, Awaiting> for A {
+    const HANDLE_NOW: Option<HandleNow<A, M>> = None;
     const VTABLE: &'static EnvelopeVTable<A> = &EnvelopeVTable {
         handle: handle_async::<A, M, NoReply, false>,
         discard: discard::<A, M, NoReply, false>,
@@ -1114,8 +1135,13 @@ unsafe fn discard<A: crate::Actor, M: Message, R: ReplySlotOf<M::Reply>, const A
 // a handler puts back the outer slot when it ends.
 #[derive(Clone, Copy)]
 struct ReplySlot {
-    /// `*mut Option<ReplyTo<M::Reply>>`; null when no `ask` is handled.
+    /// `*mut Option<ReplyTo<M::Reply>>`, or for an ask handled without a
+    /// node (`direct`) `*mut Option<oneshot::Receiver<M::Reply>>`, where
+    /// the channel is made when the handler takes the reply; null when no
+    /// `ask` is handled.
     slot: *mut (),
+    /// See `slot`.
+    direct: bool,
     /// The cell whose handler runs (`Context::cell_addr`).
     cell: *const (),
     /// `TypeId` of `M`, the message being handled.
@@ -1125,6 +1151,7 @@ struct ReplySlot {
 impl ReplySlot {
     const NONE: ReplySlot = ReplySlot {
         slot: std::ptr::null_mut(),
+        direct: false,
         cell: std::ptr::null(),
         msg: None,
     };
@@ -1142,11 +1169,29 @@ struct ReplySlotGuard {
 
 impl ReplySlotGuard {
     fn set<M: Message>(cell: *const (), slot: &mut Option<ReplyTo<M::Reply>>) -> Self {
-        let current = ReplySlot {
+        Self::enter(ReplySlot {
             slot: slot as *mut Option<ReplyTo<M::Reply>> as *mut (),
+            direct: false,
             cell,
             msg: Some(TypeId::of::<M>()),
-        };
+        })
+    }
+
+    /// For an ask handled without a node: the handler that takes its reply
+    /// makes the channel, whose receiving end goes to `later`.
+    fn direct<M: Message>(
+        cell: *const (),
+        later: &mut Option<oneshot::Receiver<M::Reply>>,
+    ) -> Self {
+        Self::enter(ReplySlot {
+            slot: later as *mut Option<oneshot::Receiver<M::Reply>> as *mut (),
+            direct: true,
+            cell,
+            msg: Some(TypeId::of::<M>()),
+        })
+    }
+
+    fn enter(current: ReplySlot) -> Self {
         ReplySlotGuard {
             outer: CURRENT_REPLY.with(|c| c.replace(current)),
         }
@@ -1169,6 +1214,18 @@ pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<
         {
             return None;
         }
+        if current.direct {
+            // SAFETY: as below, set by `ReplySlotGuard::direct::<M>`, so
+            // the slot is an `Option<oneshot::Receiver<M::Reply>>`.
+            let later = unsafe { &mut *(current.slot as *mut Option<oneshot::Receiver<M::Reply>>) };
+            if later.is_some() {
+                // Taken already.
+                return None;
+            }
+            let (tx, rx) = oneshot::channel();
+            *later = Some(rx);
+            return Some(tx);
+        }
         // SAFETY: the pointer was set by `ReplySlotGuard::set::<M>` (same
         // `TypeId`, so the slot's type is `Option<ReplyTo<M::Reply>>`) for
         // a slot in the dispatch frame that outlives the guard, and the
@@ -1176,6 +1233,28 @@ pub(crate) fn take_current_reply<M: Message>(cell: *const ()) -> Option<ReplyTo<
         // The frame does not touch the slot while the handler runs.
         unsafe { (*(current.slot as *mut Option<ReplyTo<M::Reply>>)).take() }
     })
+}
+
+/// [`Handles::HANDLE_NOW`] of a [`Handler`]: the handler called with the
+/// message itself, its reply returned rather than sent, unless the handler
+/// takes the reply over; then it comes through a channel made when it is
+/// taken. The caller holds the actor's consumer role.
+fn handle_now<A: Handler<M>, M: Message>(
+    actor: &mut A,
+    msg: M,
+    ctx: &mut Context<A>,
+) -> Answered<M::Reply> {
+    let _sender = sender_span();
+    #[cfg(feature = "tracing")]
+    let _span = enter_handling(handling_span!(_sender, "handle", ctx, M), _sender);
+    let mut later = None;
+    let guard = ReplySlotGuard::direct::<M>(ctx.cell_addr(), &mut later);
+    let out = A::handle(actor, msg, ctx);
+    drop(guard);
+    match later {
+        None => Answered::Now(out),
+        Some(rx) => Answered::Later(rx),
+    }
 }
 
 /// The `handle` of a [`Handler`]'s vtable.

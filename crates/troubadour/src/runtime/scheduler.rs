@@ -173,7 +173,7 @@ struct WorkerLocal {
 }
 
 pub use arrivals::Arrival;
-pub(crate) use arrivals::{is_running as arrival_running, keep_arrival};
+pub(crate) use arrivals::{is_running as arrival_running, keep_arrival, keep_arrival_answering};
 pub use turn_end::TurnEnd;
 
 /// Runs, now, the work deferred to the end of the turn running on this
@@ -450,6 +450,19 @@ impl Scheduler {
     pub(crate) unsafe fn schedule(&self, task: Task) {
         // SAFETY: the role goes with the task (contract).
         unsafe { self.shared.schedule(task) };
+    }
+
+    /// Whether an ask sent now may be handled on the sending thread as it
+    /// is sent (`arrivals::may_handle_here`).
+    #[inline]
+    pub(crate) fn may_handle_here(&self) -> bool {
+        arrivals::may_handle_here(&self.shared)
+    }
+
+    /// Runs an ask's handling on the sending thread as a turn run there
+    /// (`arrivals::handle_here`).
+    pub(crate) fn handle_here<R>(&self, handle: impl FnOnce() -> R) -> R {
+        arrivals::handle_here(&self.shared, handle)
     }
 
     /// True on one of this scheduler's worker threads.

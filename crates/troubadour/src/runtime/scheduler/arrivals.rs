@@ -36,6 +36,11 @@ struct Keeper {
     kept: RefCell<Option<Task>>,
     /// The delivery woke more than one actor: nothing is kept.
     crowded: Cell<bool>,
+    /// The keeping call is `handle_here`'s, which runs what it keeps in
+    /// any case: an ask of an idle actor may be answered as it is sent
+    /// (`may_handle_here`). A bare `keep_arrival` leaves its caller the
+    /// choice to run the arrival or hand it to the workers.
+    answering: Cell<bool>,
     /// The scheduler whose actor is running a turn here (null: none), for
     /// `is_worker_thread` and the turn-end queue.
     running: Cell<*const Shared>,
@@ -88,29 +93,15 @@ impl Arrival {
             Arc::clone(shared).injector.push(task);
             return;
         }
-        let _crash_reports = crash_report::actor_thread(shared.crash_reports);
         // The turn consumes the task, and an actor that stops in it may be
         // freed, scheduler reference and all, before it returns: only plain
         // values are taken from it here.
-        let (running, budget) = (Arc::as_ptr(shared), shared.budget);
-        let turn = KEEPER.with(|k| {
-            let was = k.running.replace(running);
-            // Restores the flag even if the turn unwinds (a panic outside
-            // the handler's own catch), so the thread is never left
-            // looking like a worker.
-            struct Restore<'a>(&'a Keeper, *const Shared);
-            impl Drop for Restore<'_> {
-                fn drop(&mut self) {
-                    self.0.running.set(self.1);
-                }
-            }
-            let _restore = Restore(k, was);
-            // SAFETY: the arrival holds the consumer role (taken from the
-            // schedule it replaced) with the task, and gives both to this
-            // turn.
-            let turn = unsafe { task.run_turn(budget) };
-            k.turn_end.run();
-            turn
+        let (running, budget, crash_reports) =
+            (Arc::as_ptr(shared), shared.budget, shared.crash_reports);
+        // SAFETY: the arrival holds the consumer role (taken from the
+        // schedule it replaced) with the task, and gives both to this turn.
+        let turn = as_turn_here(running, crash_reports, false, || unsafe {
+            task.run_turn(budget)
         });
         if let Turn::Again(task) = turn {
             to_workers(task);
@@ -127,6 +118,68 @@ impl Drop for Arrival {
     }
 }
 
+/// Runs `turn` on this thread as an actor's turn run here: it counts as a
+/// turn of `running`'s (`is_running_for`, for `is_worker_thread` and the
+/// blocking waits of its handlers), its panics are reported as on a worker,
+/// and the work it defers to its end runs when it returns. With
+/// `keeping_paused`, a keeping call around it keeps nothing the turn wakes
+/// (its sends go to the workers, as from any turn) until it returns.
+fn as_turn_here<R>(
+    running: *const Shared,
+    crash_reports: crash_report::CrashReports,
+    keeping_paused: bool,
+    turn: impl FnOnce() -> R,
+) -> R {
+    let _crash_reports = crash_report::actor_thread(crash_reports);
+    KEEPER.with(|k| {
+        let was = k.running.replace(running);
+        let was_keeping = keeping_paused && k.keeping.replace(false);
+        // Restores the flags even if the turn unwinds (a panic outside
+        // the handler's own catch), so the thread is never left looking
+        // like a worker.
+        struct Restore<'a>(&'a Keeper, *const Shared, bool);
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                self.0.running.set(self.1);
+                if self.2 {
+                    self.0.keeping.set(true);
+                }
+            }
+        }
+        let _restore = Restore(k, was, was_keeping);
+        let out = turn();
+        k.turn_end.run();
+        out
+    })
+}
+
+/// Whether an ask sent now may be handled on this thread as it is sent
+/// (`ActorCell::ask_here`): inside `handle_here`'s keeping call, which has
+/// neither kept an actor nor passed one on, off any turn, for a scheduler with workers
+/// that is not shutting down. The actor it would wake is then the one
+/// [`keep`] would keep.
+pub(super) fn may_handle_here(shared: &Shared) -> bool {
+    KEEPER.with(|k| {
+        k.answering.get()
+            && k.keeping.get()
+            && !k.crowded.get()
+            && k.running.get().is_null()
+            && !shared.unparkers.is_empty()
+            && !shared.shutdown.load(std::sync::atomic::Ordering::Relaxed)
+            && k.kept.borrow().is_none()
+    })
+}
+
+/// Runs `handle`, an ask's handling on the thread that sent it, as a turn
+/// run here (see `as_turn_here`), then ends what this keeping call may run
+/// here: anything woken afterwards, the same actor included, goes to the
+/// workers, as after an [`Arrival`]'s turn.
+pub(super) fn handle_here<R>(shared: &Shared, handle: impl FnOnce() -> R) -> R {
+    let out = as_turn_here(shared, shared.crash_reports, true, handle);
+    KEEPER.with(|k| k.crowded.set(true));
+    out
+}
+
 /// Queues an actor for its scheduler's workers and wakes one.
 fn to_workers(task: Task) {
     let shared = Arc::clone(&task.scheduler().shared);
@@ -136,7 +189,23 @@ fn to_workers(task: Task) {
 
 /// See [`keep_arrival`](crate::remote::keep_arrival).
 pub(crate) fn keep_arrival<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival>) {
-    let nested = KEEPER.with(|k| k.keeping.replace(true));
+    keeping(deliver, false)
+}
+
+/// [`keep_arrival`] for `handle_here`, whose caller runs the arrival: an
+/// ask in `deliver` of an idle actor may be answered as it is sent.
+pub(crate) fn keep_arrival_answering<R>(deliver: impl FnOnce() -> R) -> (R, Option<Arrival>) {
+    keeping(deliver, true)
+}
+
+fn keeping<R>(deliver: impl FnOnce() -> R, answering: bool) -> (R, Option<Arrival>) {
+    let nested = KEEPER.with(|k| {
+        let nested = k.keeping.replace(true);
+        if !nested {
+            k.answering.set(answering);
+        }
+        nested
+    });
     if nested {
         return (deliver(), None);
     }
@@ -158,6 +227,7 @@ fn stop_keeping() -> Option<Arrival> {
     let kept = KEEPER.with(|k| {
         k.keeping.set(false);
         k.crowded.set(false);
+        k.answering.set(false);
         k.kept.borrow_mut().take()
     });
     kept.map(|task| Arrival { task: Some(task) })
