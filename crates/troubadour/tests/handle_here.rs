@@ -357,9 +357,14 @@ fn until_answered_here<A: Handler<WhereAmI>>(actor: &ActorRef<A>) {
     }
 }
 
-#[test]
-fn a_reply_deferred_by_a_handler_run_here_arrives_when_sent() {
-    let system = ActorSystem::new();
+/// An unlocked gate, once an ask of it was answered on this thread; and
+/// where it hands the replies it defers.
+fn gate_answering_here(
+    system: &ActorSystem,
+) -> (
+    ActorRef<Gate>,
+    mpsc::Receiver<troubadour::DeferredReply<u64>>,
+) {
     let (deferred_tx, deferred) = mpsc::channel();
     let gate = system
         .spawn(Gate {
@@ -368,14 +373,20 @@ fn a_reply_deferred_by_a_handler_run_here_arrives_when_sent() {
         })
         .unwrap();
     until_answered_here(&gate);
+    (gate, deferred)
+}
+
+#[test]
+fn a_reply_deferred_by_a_handler_run_here_arrives_when_sent() {
+    let system = ActorSystem::new();
+    let (gate, deferred) = gate_answering_here(&system);
     for n in 0..50 {
         let mut ask = handle_here(|| gate.ask(Later(n)));
         let reply = deferred.recv_timeout(LIVENESS).unwrap();
         // Not answered yet: the handler's own return value was dropped.
-        let waker = futures_noop_waker();
         let pending = std::future::Future::poll(
             std::pin::Pin::new(&mut ask),
-            &mut std::task::Context::from_waker(&waker),
+            &mut std::task::Context::from_waker(std::task::Waker::noop()),
         )
         .is_pending();
         assert!(pending, "answered before the deferred reply was sent");
@@ -387,14 +398,7 @@ fn a_reply_deferred_by_a_handler_run_here_arrives_when_sent() {
 #[test]
 fn an_ask_stashed_by_a_handler_run_here_is_answered_when_unstashed() {
     let system = ActorSystem::new();
-    let (deferred_tx, _deferred) = mpsc::channel();
-    let gate = system
-        .spawn(Gate {
-            locked: false,
-            deferred: deferred_tx,
-        })
-        .unwrap();
-    until_answered_here(&gate);
+    let (gate, _deferred) = gate_answering_here(&system);
     handle_here(|| gate.ask(Lock))
         .timeout(LIVENESS)
         .wait()
@@ -601,13 +605,4 @@ fn asks_answered_here_race_with_the_workers_one_message_at_a_time() {
         assert!(Instant::now() < deadline, "liveness guard");
         thread::yield_now();
     }
-}
-
-/// A waker that does nothing, to poll once by hand.
-fn futures_noop_waker() -> std::task::Waker {
-    struct Noop;
-    impl std::task::Wake for Noop {
-        fn wake(self: Arc<Self>) {}
-    }
-    Arc::new(Noop).into()
 }
