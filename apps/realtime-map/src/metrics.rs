@@ -5,7 +5,7 @@
 //! uncontended-in-the-common-case increment.
 //!
 //! The HTTP counters are bumped by every request on every tokio thread, so
-//! they are kept per thread ([`HttpShard`]) and summed when read: with one
+//! they are kept per thread (`HttpShard`) and summed when read: with one
 //! set shared by all, each answer's three increments fetched lines the
 //! other thread had just written.
 
