@@ -324,47 +324,30 @@ impl<A: Actor> ActorRef<A> {
         A: Handles<M, K>,
     {
         let system = &self.cell.system;
-        // Inside `handle_here`, an idle actor answers as it is asked.
-        let msg = match self.cell.ask_here::<M, K>(msg) {
-            HandledHere::NotHere(msg) => msg,
-            HandledHere::Answered(answered) => {
-                let state = match answered {
-                    Some(Answered::Now(reply)) => AskState::Ready(Some(reply)),
-                    Some(Answered::Later(rx)) => AskState::Waiting(rx),
-                    // It panicked: no reply will come.
-                    None => AskState::Failed(Some(AskError::NoReply)),
-                };
-                return Ask {
-                    state,
-                    timeout: system.config.ask_timeout,
-                    sleep: None,
-                    clock: self.cell.clone(),
-                };
-            }
+        let state = match self.cell.ask_here::<M, K>(msg) {
+            // Inside `handle_here`, an idle actor answers as it is asked.
+            HandledHere::Answered(Some(Answered::Now(reply))) => AskState::Ready(Some(reply)),
+            HandledHere::Answered(Some(Answered::Later(rx))) => AskState::Waiting(rx),
+            // It panicked: no reply will come.
+            HandledHere::Answered(None) => AskState::Failed(Some(AskError::NoReply)),
             HandledHere::Held(msg) => {
                 let (tx, rx) = oneshot::channel();
                 // SAFETY: a fresh node for this actor type, given up here
                 // with the role `ask_here` took.
                 unsafe { self.cell.enqueue_held(envelope::<A, M, K>(msg, Some(tx))) };
-                return Ask {
-                    state: AskState::Waiting(rx),
-                    timeout: system.config.ask_timeout,
-                    sleep: None,
-                    clock: self.cell.clone(),
-                };
+                AskState::Waiting(rx)
             }
-        };
-        let state = if self.cell.closed_or_held() {
-            if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
-                return self.ask_remote(route, msg);
+            HandledHere::NotHere(msg) if self.cell.closed_or_held() => {
+                if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
+                    return self.ask_remote(route, msg);
+                }
+                let (tx, rx) = oneshot::channel();
+                match self.send_rare::<M, K>(msg, Some(tx), false) {
+                    Ok(()) => AskState::Waiting(rx),
+                    Err(e) => AskState::Failed(Some(e.into())),
+                }
             }
-            let (tx, rx) = oneshot::channel();
-            match self.send_rare::<M, K>(msg, Some(tx), false) {
-                Ok(()) => AskState::Waiting(rx),
-                Err(e) => AskState::Failed(Some(e.into())),
-            }
-        } else {
-            match self.take_permit(msg) {
+            HandledHere::NotHere(msg) => match self.take_permit(msg) {
                 Ok(msg) => {
                     let (tx, rx) = oneshot::channel();
                     // SAFETY: a fresh node for this actor type, given up here.
@@ -372,7 +355,7 @@ impl<A: Actor> ActorRef<A> {
                     AskState::Waiting(rx)
                 }
                 Err(e) => AskState::Failed(Some(e.into())),
-            }
+            },
         };
         Ask {
             state,

@@ -34,7 +34,8 @@ struct Keeper {
     /// the scheduler's `Arc` per delivery would pass that count's cache
     /// line between the cores on every message.
     kept: RefCell<Option<Task>>,
-    /// The delivery woke more than one actor: nothing is kept.
+    /// The delivery woke more than one actor, or an ask in it was answered
+    /// here (`handle_here`): nothing is kept.
     crowded: Cell<bool>,
     /// The keeping call is `handle_here`'s, which runs what it keeps in
     /// any case: an ask of an idle actor may be answered as it is sent
@@ -100,9 +101,7 @@ impl Arrival {
             (Arc::as_ptr(shared), shared.budget, shared.crash_reports);
         // SAFETY: the arrival holds the consumer role (taken from the
         // schedule it replaced) with the task, and gives both to this turn.
-        let turn = as_turn_here(running, crash_reports, false, || unsafe {
-            task.run_turn(budget)
-        });
+        let turn = as_turn_here(running, crash_reports, || unsafe { task.run_turn(budget) });
         if let Turn::Again(task) = turn {
             to_workers(task);
         }
@@ -121,32 +120,25 @@ impl Drop for Arrival {
 /// Runs `turn` on this thread as an actor's turn run here: it counts as a
 /// turn of `running`'s (`is_running_for`, for `is_worker_thread` and the
 /// blocking waits of its handlers), its panics are reported as on a worker,
-/// and the work it defers to its end runs when it returns. With
-/// `keeping_paused`, a keeping call around it keeps nothing the turn wakes
-/// (its sends go to the workers, as from any turn) until it returns.
+/// and the work it defers to its end runs when it returns.
 fn as_turn_here<R>(
     running: *const Shared,
     crash_reports: crash_report::CrashReports,
-    keeping_paused: bool,
     turn: impl FnOnce() -> R,
 ) -> R {
     let _crash_reports = crash_report::actor_thread(crash_reports);
     KEEPER.with(|k| {
         let was = k.running.replace(running);
-        let was_keeping = keeping_paused && k.keeping.replace(false);
-        // Restores the flags even if the turn unwinds (a panic outside
+        // Restores the flag even if the turn unwinds (a panic outside
         // the handler's own catch), so the thread is never left looking
         // like a worker.
-        struct Restore<'a>(&'a Keeper, *const Shared, bool);
+        struct Restore<'a>(&'a Keeper, *const Shared);
         impl Drop for Restore<'_> {
             fn drop(&mut self) {
                 self.0.running.set(self.1);
-                if self.2 {
-                    self.0.keeping.set(true);
-                }
             }
         }
-        let _restore = Restore(k, was, was_keeping);
+        let _restore = Restore(k, was);
         let out = turn();
         k.turn_end.run();
         out
@@ -171,13 +163,12 @@ pub(super) fn may_handle_here(shared: &Shared) -> bool {
 }
 
 /// Runs `handle`, an ask's handling on the thread that sent it, as a turn
-/// run here (see `as_turn_here`), then ends what this keeping call may run
-/// here: anything woken afterwards, the same actor included, goes to the
-/// workers, as after an [`Arrival`]'s turn.
+/// run here (see `as_turn_here`). It ends what this keeping call may run
+/// here: anything woken from then on, by the handler or after it, the same
+/// actor included, goes to the workers, as from an [`Arrival`]'s turn.
 pub(super) fn handle_here<R>(shared: &Shared, handle: impl FnOnce() -> R) -> R {
-    let out = as_turn_here(shared, shared.crash_reports, true, handle);
     KEEPER.with(|k| k.crowded.set(true));
-    out
+    as_turn_here(shared, shared.crash_reports, handle)
 }
 
 /// Queues an actor for its scheduler's workers and wakes one.
