@@ -140,6 +140,51 @@ fn on_a_current_thread_runtime_the_workers_run_it() {
         });
 }
 
+/// A current-thread runtime driven from a multi-threaded runtime's worker,
+/// inside `block_in_place`: the thread is that runtime's only one now, so
+/// the turn is the workers', as on any current-thread runtime. (The
+/// multi-threaded worker's index is no answer here: decision 0066.)
+#[test]
+fn a_current_thread_runtime_inside_a_multi_threaded_worker_leaves_it_to_the_workers() {
+    let system = ActorSystem::new();
+    let actor = system.spawn(Where).unwrap();
+    multi_thread().block_on(async {
+        // On each of the runtime's workers in turn (worker 0 and the
+        // others take different ways to the answer).
+        let mut seen = [false; 2];
+        let deadline = Instant::now() + LIVENESS;
+        while seen != [true; 2] {
+            assert!(Instant::now() < deadline, "liveness guard");
+            let actor = actor.clone();
+            let on = tokio::spawn(async move {
+                let worker = tokio::runtime::worker_index()?;
+                until_handled_here(&actor).await;
+                tokio::task::block_in_place(|| {
+                    tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap()
+                        .block_on(async {
+                            let me = thread::current().id();
+                            for _ in 0..20 {
+                                let handled_on = handle_here(|| actor.ask(WhereAmI))
+                                    .timeout(LIVENESS)
+                                    .await
+                                    .unwrap();
+                                assert_ne!(handled_on, me);
+                            }
+                        })
+                });
+                Some(worker)
+            })
+            .await
+            .unwrap();
+            if let Some(worker) = on {
+                seen[worker.min(1)] = true;
+            }
+        }
+    });
+}
+
 /// Counts what it was told per sender, checking each sender's order and
 /// that no two turns overlap.
 struct Tally {

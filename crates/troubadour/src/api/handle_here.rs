@@ -9,6 +9,7 @@
 //! turn itself when the actor was idle, so the reply is ready when the task
 //! awaits it, with no thread woken on either side.
 
+use crate::runtime::blocking::tokio_flavor;
 use crate::runtime::scheduler::{arrival_running, keep_arrival_answering};
 
 /// Runs `send` (a `tell` or an `ask`, or several), and if it woke exactly
@@ -35,9 +36,9 @@ use crate::runtime::scheduler::{arrival_running, keep_arrival_answering};
 /// when `send` woke several actors, when the caller is one of the system's
 /// workers or is inside a turn already, when the actor has a thread of its
 /// own ([`SpawnOptions::blocking`](crate::SpawnOptions::blocking)), when the
-/// system is simulated, and on a current-thread tokio runtime (a handler
-/// that waits there would hold the only thread what it waits for could run
-/// on).
+/// system is simulated, and on a thread that drives a current-thread tokio
+/// runtime (a handler that waits there would hold the only thread what it
+/// waits for could run on).
 ///
 /// Use it for quick handlers asked from tokio tasks or plain threads, such
 /// as an HTTP handler reading an actor's state. The turn runs on the
@@ -87,6 +88,5 @@ pub fn handle_here<R>(send: impl FnOnce() -> R) -> R {
 }
 
 fn on_current_thread_tokio() -> bool {
-    tokio::runtime::Handle::try_current()
-        .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread)
+    tokio_flavor() == Some(tokio::runtime::RuntimeFlavor::CurrentThread)
 }
