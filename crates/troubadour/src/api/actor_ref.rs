@@ -324,10 +324,14 @@ impl<A: Actor> ActorRef<A> {
         A: Handles<M, K>,
     {
         let system = &self.cell.system;
+        // The actor, not the system, is the way to the clock: its count is
+        // in this thread's cache after the send, the system's is shared by
+        // every asking thread.
+        let clock = || -> Arc<dyn AskClock> { self.cell.clone() };
         let state = match self.cell.ask_here::<M, K>(msg) {
             // Inside `handle_here`, an idle actor answers as it is asked.
             HandledHere::Answered(Some(Answered::Now(reply))) => AskState::Ready(Some(reply)),
-            HandledHere::Answered(Some(Answered::Later(rx))) => AskState::Waiting(rx),
+            HandledHere::Answered(Some(Answered::Later(rx))) => AskState::Waiting(rx, clock()),
             // It panicked: no reply will come.
             HandledHere::Answered(None) => AskState::Failed(Some(AskError::NoReply)),
             HandledHere::Held(msg) => {
@@ -335,7 +339,7 @@ impl<A: Actor> ActorRef<A> {
                 // SAFETY: a fresh node for this actor type, given up here
                 // with the role `ask_here` took.
                 unsafe { self.cell.enqueue_held(envelope::<A, M, K>(msg, Some(tx))) };
-                AskState::Waiting(rx)
+                AskState::Waiting(rx, clock())
             }
             HandledHere::NotHere(msg) if self.cell.closed_or_held() => {
                 if let (Some(route), false) = (self.cell.route(), self.cell.refuses_messages()) {
@@ -343,7 +347,7 @@ impl<A: Actor> ActorRef<A> {
                 }
                 let (tx, rx) = oneshot::channel();
                 match self.send_rare::<M, K>(msg, Some(tx), false) {
-                    Ok(()) => AskState::Waiting(rx),
+                    Ok(()) => AskState::Waiting(rx, clock()),
                     Err(e) => AskState::Failed(Some(e.into())),
                 }
             }
@@ -352,7 +356,7 @@ impl<A: Actor> ActorRef<A> {
                     let (tx, rx) = oneshot::channel();
                     // SAFETY: a fresh node for this actor type, given up here.
                     unsafe { self.cell.enqueue(envelope::<A, M, K>(msg, Some(tx))) };
-                    AskState::Waiting(rx)
+                    AskState::Waiting(rx, clock())
                 }
                 Err(e) => AskState::Failed(Some(e.into())),
             },
@@ -361,10 +365,6 @@ impl<A: Actor> ActorRef<A> {
             state,
             timeout: system.config.ask_timeout,
             sleep: None,
-            // The actor, not the system: its count is in this thread's
-            // cache after the send, the system's is shared by every
-            // asking thread.
-            clock: self.cell.clone(),
         }
     }
 
@@ -374,14 +374,13 @@ impl<A: Actor> ActorRef<A> {
     fn ask_remote<M: Message>(&self, route: &Arc<dyn Route>, msg: M) -> Ask<M::Reply> {
         let (tx, rx) = oneshot::channel();
         let state = match self.send_remote(route, msg, Some(ReplySender::new(tx)), false) {
-            Ok(()) => AskState::Remote(rx),
+            Ok(()) => AskState::Remote(rx, self.cell.clone()),
             Err(e) => AskState::Failed(Some(e.into())),
         };
         Ask {
             state,
             timeout: self.cell.system.config.ask_timeout,
             sleep: None,
-            clock: self.cell.clone(),
         }
     }
 
@@ -495,13 +494,18 @@ impl<A: Actor> ActorRef<A> {
     }
 }
 
+/// Where an [`Ask`] stands. Only an ask still waiting holds a way to the
+/// clock its timeout runs on:
+/// one answered or failed as it was made takes no reference to count up
+/// and down (an ask answered inside `handle_here` is one per request of a
+/// service).
 enum AskState<R> {
     /// Answered as it was asked (`handle_here`).
     Ready(Option<R>),
-    Waiting(oneshot::Receiver<R>),
+    Waiting(oneshot::Receiver<R>, Arc<dyn AskClock>),
     /// An ask of a remote actor: the remote layer ends it with the reply or
     /// a typed error.
-    Remote(oneshot::Receiver<Result<R, AskError>>),
+    Remote(oneshot::Receiver<Result<R, AskError>>, Arc<dyn AskClock>),
     Failed(Option<AskError>),
 }
 
@@ -512,8 +516,6 @@ pub struct Ask<R> {
     state: AskState<R>,
     timeout: Duration,
     sleep: Option<Deadline>,
-    /// Where the timeout's clock is.
-    clock: Arc<dyn AskClock>,
 }
 
 /// What an [`Ask`] reaches its system's clock through: the asked actor, or
@@ -538,10 +540,9 @@ impl<R> Ask<R> {
     /// An ask whose request is on its way; `rx` gets the reply.
     pub(crate) fn waiting(rx: oneshot::Receiver<R>, system: &Arc<SystemCore>) -> Self {
         Ask {
-            state: AskState::Waiting(rx),
+            state: AskState::Waiting(rx, system.clone()),
             timeout: system.config.ask_timeout,
             sleep: None,
-            clock: system.clone(),
         }
     }
 
@@ -551,7 +552,6 @@ impl<R> Ask<R> {
             state: AskState::Failed(Some(error)),
             timeout: system.config.ask_timeout,
             sleep: None,
-            clock: system.clone(),
         }
     }
 
@@ -578,24 +578,24 @@ impl<R> Future for Ask<R> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        match &mut this.state {
+        let clock = match &mut this.state {
             AskState::Failed(e) => {
                 return Poll::Ready(Err(e.take().unwrap_or(AskError::NoReply)));
             }
             AskState::Ready(reply) => return Poll::Ready(reply.take().ok_or(AskError::NoReply)),
-            AskState::Waiting(rx) => match Pin::new(rx).poll(cx) {
+            AskState::Waiting(rx, clock) => match Pin::new(rx).poll(cx) {
                 Poll::Ready(Ok(reply)) => return Poll::Ready(Ok(reply)),
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::NoReply)),
-                Poll::Pending => {}
+                Poll::Pending => clock,
             },
-            AskState::Remote(rx) => match Pin::new(rx).poll(cx) {
+            AskState::Remote(rx, clock) => match Pin::new(rx).poll(cx) {
                 Poll::Ready(Ok(outcome)) => return Poll::Ready(outcome),
                 Poll::Ready(Err(_)) => return Poll::Ready(Err(AskError::ConnectionLost)),
-                Poll::Pending => {}
+                Poll::Pending => clock,
             },
-        }
+        };
         let timeout = this.timeout;
-        let system = this.clock.system();
+        let system = clock.system();
         let deadline = this
             .sleep
             .get_or_insert_with(|| Deadline::start(system, timeout));
