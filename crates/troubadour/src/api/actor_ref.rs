@@ -495,10 +495,9 @@ impl<A: Actor> ActorRef<A> {
 }
 
 /// Where an [`Ask`] stands. Only an ask still waiting holds a way to the
-/// clock its timeout runs on:
-/// one answered or failed as it was made takes no reference to count up
-/// and down (an ask answered inside `handle_here` is one per request of a
-/// service).
+/// clock its timeout runs on: one answered or failed as it was made takes
+/// no reference to count up and down (an ask answered inside `handle_here`
+/// is one per request of a service).
 enum AskState<R> {
     /// Answered as it was asked (`handle_here`).
     Ready(Option<R>),

@@ -44,14 +44,15 @@ fn on_multi_thread_tokio() -> bool {
 /// A worker of a multi-threaded runtime other than its first says so in one
 /// thread-local read (`worker_index`: a current-thread runtime's only
 /// thread is its worker 0). Elsewhere the runtime's handle is looked at,
-/// and taking it clones an `Arc` that every thread of the runtime shares:
-/// for a service asking an actor per request through `handle_here`, that
-/// one shared count cost about 3 % of its throughput (decision 0066).
+/// and taking it clones an `Arc` that every thread of the runtime shares,
+/// a line that moved between the threads twice per `handle_here` call
+/// (decision 0066).
 ///
 /// Where the two could differ (a multi-threaded worker that entered a
-/// current-thread runtime's handle) the scheduler's answer is the one that
-/// matters: it is what `block_in_place` hands on, and the entered runtime
-/// is driven by another thread.
+/// current-thread runtime's handle), a worker above 0 answers for its
+/// scheduler, which is what `block_in_place` hands on; worker 0 cannot be
+/// told from a current-thread runtime's thread, so there the handle
+/// answers, as it did for every thread before.
 pub(crate) fn tokio_flavor() -> Option<RuntimeFlavor> {
     if matches!(tokio::runtime::worker_index(), Some(i) if i > 0) {
         return Some(RuntimeFlavor::MultiThread);
