@@ -35,7 +35,7 @@ static ALLOCATOR: measure::SystemAllocator = measure::SystemAllocator;
 
 const USAGE: &str = "usage: troubadour-bench <workload> --impl <name> [--quick] [--json] [--threads N] [--timeout-s S]
        troubadour-bench list
-workloads: counting pingpong skynet fanin rings rings-hops idle direct pi backlog
+workloads: counting pingpong skynet fanin rings rings-hops idle direct pi pi-long backlog
            remote-pingpong remote-pi [--pairs N] [--size BYTES] [--plaintext] [--rtt-only] (two processes)
            cluster-virtual failover [--mode kill|leave] [--plaintext] (three processes; PostgreSQL)
            persist --store sqlite|postgres [--dir D] (event-sourced actors, group commit, floor beside)";
